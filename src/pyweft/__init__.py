@@ -1,0 +1,96 @@
+"""pyweft: durable execution for Python.
+
+Write ordinary ``async def`` workflows; every step survives crashes, restarts
+and deploys on an embedded SQLite store.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from pyweft.clock import Clock, SystemClock, VirtualClock
+from pyweft.codec import DefaultPayloadCodec, PayloadCodec
+from pyweft.definitions import RetryPolicy, activity, workflow
+from pyweft.engine.context import WorkflowContext
+from pyweft.engine.engine import Engine
+from pyweft.engine.handle import WorkflowHandle
+from pyweft.engine.info import Page, StepInfo, WorkflowInfo
+from pyweft.engine.records import ErrorInfo
+from pyweft.errors import (
+    ActivityError,
+    ActivityNotRegisteredError,
+    ActivityTimeoutError,
+    ConfigurationError,
+    DefinitionError,
+    EngineClosedError,
+    InvalidArgumentError,
+    InvalidDurationError,
+    NonDeterminismError,
+    PayloadError,
+    PyweftError,
+    ResultTimeoutError,
+    SchemaVersionError,
+    StorageCapabilityError,
+    StorageClosedError,
+    StorageError,
+    WorkflowAlreadyExistsError,
+    WorkflowCancelledError,
+    WorkflowFailedError,
+    WorkflowNotFoundError,
+    WorkflowNotRegisteredError,
+)
+from pyweft.storage import MemoryStorage, SQLiteStorage, Storage, open_storage
+
+try:
+    __version__ = version("pyweft")
+except PackageNotFoundError:  # pragma: no cover - running from a source tree
+    __version__ = "0.0.0"
+
+__all__ = [
+    # declaring work
+    "RetryPolicy",
+    "WorkflowContext",
+    "activity",
+    "workflow",
+    # running it
+    "Engine",
+    "WorkflowHandle",
+    # what you get back
+    "ErrorInfo",
+    "Page",
+    "StepInfo",
+    "WorkflowInfo",
+    # plumbing you may swap
+    "Clock",
+    "DefaultPayloadCodec",
+    "MemoryStorage",
+    "PayloadCodec",
+    "SQLiteStorage",
+    "Storage",
+    "SystemClock",
+    "VirtualClock",
+    "open_storage",
+    # errors
+    "ActivityError",
+    "ActivityNotRegisteredError",
+    "ActivityTimeoutError",
+    "ConfigurationError",
+    "DefinitionError",
+    "EngineClosedError",
+    "InvalidArgumentError",
+    "InvalidDurationError",
+    "NonDeterminismError",
+    "PayloadError",
+    "PyweftError",
+    "ResultTimeoutError",
+    "SchemaVersionError",
+    "StorageCapabilityError",
+    "StorageClosedError",
+    "StorageError",
+    "WorkflowAlreadyExistsError",
+    "WorkflowCancelledError",
+    "WorkflowFailedError",
+    "WorkflowNotFoundError",
+    "WorkflowNotRegisteredError",
+    "__version__",
+]

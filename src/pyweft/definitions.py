@@ -1,0 +1,247 @@
+"""``@workflow``, ``@activity`` and ``RetryPolicy``: how user code declares durable work.
+
+The decorators return the user's own function unchanged (so editors and type
+checkers keep its signature) and attach a definition record to it. The engine
+reads that record when the function is registered or passed to ``start`` /
+``ctx.run``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, TypeVar, overload
+
+from pyweft.codec import call_types
+from pyweft.durations import parse_duration, parse_optional_duration
+from pyweft.errors import DefinitionError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+Duration = float | int | timedelta | str
+
+_WORKFLOW_ATTR = "__pyweft_workflow__"
+_ACTIVITY_ATTR = "__pyweft_activity__"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RetryPolicy:
+    """How a failed activity attempt is retried.
+
+    Intervals accept seconds, ``timedelta`` or strings such as ``"30s"``; they
+    are stored as float seconds. The wait before attempt ``n + 1`` is
+    ``min(initial_interval * backoff ** (n - 1), max_interval)``. Exceptions
+    whose type is (a subclass of) one in ``non_retryable`` fail at once.
+    """
+
+    max_attempts: int = 3
+    initial_interval: float = 1.0
+    backoff: float = 2.0
+    max_interval: float = 60.0
+    non_retryable: tuple[type[BaseException], ...] = ()
+
+    def __init__(
+        self,
+        *,
+        max_attempts: int = 3,
+        initial_interval: Duration = 1.0,
+        backoff: float = 2.0,
+        max_interval: Duration = 60.0,
+        non_retryable: Iterable[type[BaseException]] = (),
+    ) -> None:
+        if type(max_attempts) is not int or max_attempts < 1:
+            raise DefinitionError(
+                f"RetryPolicy.max_attempts must be an int >= 1, got {max_attempts!r}"
+            )
+        if not isinstance(backoff, int | float) or backoff < 1.0:
+            raise DefinitionError(f"RetryPolicy.backoff must be a number >= 1.0, got {backoff!r}")
+        types = tuple(non_retryable)
+        for t in types:
+            if not (isinstance(t, type) and issubclass(t, BaseException)):
+                raise DefinitionError(
+                    f"RetryPolicy.non_retryable must hold exception classes, got {t!r}"
+                )
+        set_ = object.__setattr__
+        set_(self, "max_attempts", max_attempts)
+        set_(self, "initial_interval", parse_duration(initial_interval, field="initial_interval"))
+        set_(self, "backoff", float(backoff))
+        set_(self, "max_interval", parse_duration(max_interval, field="max_interval"))
+        set_(self, "non_retryable", types)
+
+    def delay_after(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
+        return float(min(self.initial_interval * self.backoff ** (attempt - 1), self.max_interval))
+
+    def is_retryable(self, exc: BaseException) -> bool:
+        return not isinstance(exc, self.non_retryable)
+
+
+DEFAULT_RETRY = RetryPolicy()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ActivityDefinition:
+    """A registered activity: its function plus default execution options."""
+
+    name: str
+    fn: Callable[..., Any]
+    is_async: bool
+    retry: RetryPolicy
+    timeout_s: float | None
+    schedule_to_close_s: float | None
+    result_type: object
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WorkflowDefinition:
+    """A registered workflow: function, name, version and its own activities."""
+
+    name: str
+    fn: Callable[..., Any]
+    version: str
+    activities: dict[str, ActivityDefinition] = field(default_factory=dict)
+    param_types: tuple[object, ...] = ()
+    result_type: object = Any
+
+
+def _activity_definition(
+    fn: Callable[..., Any],
+    *,
+    name: str | None,
+    retry: RetryPolicy | None,
+    timeout: Duration | None,
+    schedule_to_close: Duration | None,
+) -> ActivityDefinition:
+    if not callable(fn):
+        raise DefinitionError(f"@activity must decorate a function, got {fn!r}")
+    if inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
+        raise DefinitionError(
+            f"@activity {fn.__qualname__} is a generator; activities must return a value"
+        )
+    _, result_type, _ = call_types(fn, skip_first=False)
+    return ActivityDefinition(
+        name=_check_name(name or fn.__name__, "activity"),
+        fn=fn,
+        is_async=inspect.iscoroutinefunction(fn),
+        retry=retry if retry is not None else DEFAULT_RETRY,
+        timeout_s=parse_optional_duration(timeout, field="timeout"),
+        schedule_to_close_s=parse_optional_duration(schedule_to_close, field="schedule_to_close"),
+        result_type=result_type,
+    )
+
+
+def _check_name(name: str, what: str) -> str:
+    if not isinstance(name, str) or not name or len(name.encode()) > 200:
+        raise DefinitionError(f"{what} name must be a non-empty string of at most 200 bytes")
+    return name
+
+
+@overload
+def activity(fn: F, /) -> F: ...
+@overload
+def activity(
+    *,
+    name: str | None = None,
+    retry: RetryPolicy | None = None,
+    timeout: Duration | None = None,
+    schedule_to_close: Duration | None = None,
+) -> Callable[[F], F]: ...
+def activity(
+    fn: F | None = None,
+    /,
+    *,
+    name: str | None = None,
+    retry: RetryPolicy | None = None,
+    timeout: Duration | None = None,
+    schedule_to_close: Duration | None = None,
+) -> F | Callable[[F], F]:
+    """Declare an activity: a unit of side-effecting work whose result is recorded.
+
+    ``async def`` activities run on the event loop; plain ``def`` activities run
+    in the engine's activity thread pool. ``timeout`` bounds each attempt,
+    ``schedule_to_close`` bounds all attempts together (backoff included).
+    """
+
+    def decorate(f: F) -> F:
+        definition = _activity_definition(
+            f, name=name, retry=retry, timeout=timeout, schedule_to_close=schedule_to_close
+        )
+        setattr(f, _ACTIVITY_ATTR, definition)
+        return f
+
+    return decorate(fn) if fn is not None else decorate
+
+
+@overload
+def workflow(fn: F, /) -> F: ...
+@overload
+def workflow(
+    *,
+    name: str | None = None,
+    version: str = "1",
+    activities: Iterable[Callable[..., Any]] = (),
+) -> Callable[[F], F]: ...
+def workflow(
+    fn: F | None = None,
+    /,
+    *,
+    name: str | None = None,
+    version: str = "1",
+    activities: Iterable[Callable[..., Any]] = (),
+) -> F | Callable[[F], F]:
+    """Declare a workflow: ``async def wf(ctx, *args)`` whose durable steps survive crashes.
+
+    ``activities`` are looked up before the engine-wide registry when the
+    workflow calls an activity by name.
+    """
+    own = tuple(activities)
+
+    def decorate(f: F) -> F:
+        if not inspect.iscoroutinefunction(f):
+            raise DefinitionError(
+                f"@workflow {getattr(f, '__qualname__', f)!r} must be an `async def` function "
+                "taking the WorkflowContext as its first parameter"
+            )
+        params = list(inspect.signature(f).parameters.values())
+        if not params or params[0].kind not in (
+            inspect.Parameter.POSITIONAL_ONLY,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        ):
+            raise DefinitionError(
+                f"@workflow {f.__qualname__} must take the WorkflowContext as its first parameter"
+            )
+        if not isinstance(version, str) or not version:
+            raise DefinitionError(f"@workflow version must be a non-empty string, got {version!r}")
+        acts: dict[str, ActivityDefinition] = {}
+        for a in own:
+            d = activity_definition_of(a)
+            acts[d.name] = d
+        param_types, result_type, _ = call_types(f, skip_first=True)
+        definition = WorkflowDefinition(
+            name=_check_name(name or f.__name__, "workflow"),
+            fn=f,
+            version=version,
+            activities=acts,
+            param_types=param_types,
+            result_type=result_type,
+        )
+        setattr(f, _WORKFLOW_ATTR, definition)
+        return f
+
+    return decorate(fn) if fn is not None else decorate
+
+
+def workflow_definition_of(obj: object) -> WorkflowDefinition | None:
+    """The definition attached by ``@workflow``, or ``None``."""
+    d = getattr(obj, _WORKFLOW_ATTR, None)
+    return d if isinstance(d, WorkflowDefinition) else None
+
+
+def activity_definition_of(fn: Callable[..., Any]) -> ActivityDefinition:
+    """The definition attached by ``@activity``; undecorated functions get defaults."""
+    d = getattr(fn, _ACTIVITY_ATTR, None)
+    if isinstance(d, ActivityDefinition):
+        return d
+    return _activity_definition(fn, name=None, retry=None, timeout=None, schedule_to_close=None)

@@ -1,0 +1,1 @@
+"""The engine: runs, steps, commits, recovery and inspection."""

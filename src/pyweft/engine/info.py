@@ -1,0 +1,65 @@
+"""Read-only views of runs returned by the public API."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Generic, TypeVar
+
+from pyweft.engine.records import ErrorInfo
+
+T = TypeVar("T")
+
+
+def to_datetime(t: float) -> datetime:
+    return datetime.fromtimestamp(t, tz=UTC)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WorkflowInfo:
+    """A run as stored: what ``describe`` and ``list`` return."""
+
+    id: str
+    workflow_type: str
+    version: str
+    status: str
+    created_at: datetime
+    updated_at: datetime
+    step_count: int | None = None
+    result: Any = None
+    error: ErrorInfo | None = None
+    cancel_requested: bool = False
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in {"completed", "failed", "cancelled", "timed_out"}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StepInfo:
+    """One step of a run's history (committed steps and the open ones)."""
+
+    step: int
+    kind: str
+    name: str
+    status: str  # "completed" | "failed" | "open"
+    attempts: int
+    started_at: datetime
+    finished_at: datetime | None
+    result: Any = None
+    error: ErrorInfo | None = None
+    next_attempt_at: datetime | None = None
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.finished_at is None:
+            return None
+        return (self.finished_at - self.started_at).total_seconds()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Page(Generic[T]):
+    """One page of a listing; pass ``next_cursor`` back to get the next page."""
+
+    items: list[T] = field(default_factory=list)
+    next_cursor: str | None = None

@@ -1,0 +1,108 @@
+"""Persisted engine records and their binary codec (msgspec MessagePack).
+
+These are the engine's own bookkeeping, not user payloads: user values are
+stored as already-encoded ``bytes`` fields produced by the PayloadCodec.
+Records are ``array_like`` for compactness and speed; new fields may only be
+appended with defaults so older stores keep decoding.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+Status = Literal["pending", "running", "suspended", "completed", "failed", "cancelled", "timed_out"]
+TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled", "timed_out"})
+ALL_STATUSES: tuple[str, ...] = (
+    "pending",
+    "running",
+    "suspended",
+    "completed",
+    "failed",
+    "cancelled",
+    "timed_out",
+)
+
+
+class ErrorInfo(msgspec.Struct, array_like=True, frozen=True):
+    """A failure, reduced to what survives a restart."""
+
+    type: str
+    message: str
+    code: str | None = None
+
+
+class WorkflowState(msgspec.Struct, array_like=True):
+    id: str
+    type: str
+    version: str
+    status: str
+    args: bytes
+    created_at: float
+    updated_at: float
+    result: bytes | None = None
+    error: ErrorInfo | None = None
+    cancel_requested: bool = False
+    idempotency_key: str | None = None
+
+
+class StepRecord(msgspec.Struct, array_like=True):
+    """One committed step. ``value`` is the encoded user payload when ``ok``."""
+
+    step: int
+    kind: str
+    name: str
+    ok: bool
+    started_at: float
+    finished_at: float
+    attempts: int = 1
+    value: bytes | None = None
+    error: ErrorInfo | None = None
+
+
+class PendingStep(msgspec.Struct, array_like=True):
+    """Durable progress of a step that has not finished yet.
+
+    For a sleep, ``deadline`` is when it ends. For an activity, ``attempt`` is
+    the number of attempts that already failed, ``deadline`` when the next may
+    start (the backoff), and ``first_started_at`` anchors the schedule-to-close
+    budget.
+    """
+
+    step: int
+    kind: str
+    name: str
+    deadline: float
+    attempt: int = 0
+    first_started_at: float = 0.0
+    last_error: ErrorInfo | None = None
+
+
+_enc = msgspec.msgpack.Encoder()
+_state_dec = msgspec.msgpack.Decoder(WorkflowState)
+_step_dec = msgspec.msgpack.Decoder(StepRecord)
+_pending_dec = msgspec.msgpack.Decoder(PendingStep)
+
+encode = _enc.encode
+
+
+def decode_state(raw: bytes) -> WorkflowState:
+    return _state_dec.decode(raw)
+
+
+def decode_step(raw: bytes) -> StepRecord:
+    return _step_dec.decode(raw)
+
+
+def decode_pending(raw: bytes) -> PendingStep:
+    return _pending_dec.decode(raw)
+
+
+def error_info(exc: BaseException) -> ErrorInfo:
+    code = getattr(exc, "code", None)
+    return ErrorInfo(
+        type=type(exc).__name__,
+        message=str(exc),
+        code=code if isinstance(code, str) else None,
+    )

@@ -1,0 +1,55 @@
+"""Loading runs back from the store: which runs to resume and their journals."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyweft.engine import keys, records
+from pyweft.engine.records import PendingStep, StepRecord, WorkflowState
+from pyweft.storage.base import Storage
+
+_PAGE = 1000
+
+
+@dataclass(slots=True)
+class LoadedRun:
+    state: WorkflowState
+    state_raw: bytes
+    journal: dict[int, StepRecord]
+    pendings: dict[int, PendingStep]
+
+
+async def running_ids(storage: Storage) -> list[str]:
+    """Ids of every run whose status is ``running``, oldest first."""
+    prefix = "ix:s:running:"
+    ids: list[str] = []
+    start: str | None = None
+    while True:
+        rows = await storage.scan(prefix, start=start, limit=_PAGE)
+        ids.extend(keys.id_from_index_key(k) for k, _ in rows)
+        if len(rows) < _PAGE:
+            return ids
+        start = rows[-1][0] + "\x00"
+
+
+async def load_run(storage: Storage, workflow_id: str) -> LoadedRun | None:
+    """The state, journal and open steps of one run, read in a single scan."""
+    prefix, start, end = keys.run_range(workflow_id)
+    rows = await storage.scan(prefix, start=start, end=end)
+    state_raw: bytes | None = None
+    journal: dict[int, StepRecord] = {}
+    pendings: dict[int, PendingStep] = {}
+    for key, value in rows:
+        if key == prefix:
+            state_raw = value
+        elif not keys.belongs_to_run(key, prefix):
+            continue
+        elif key[len(prefix) : len(prefix) + 3] == ":j:":
+            rec = records.decode_step(value)
+            journal[rec.step] = rec
+        elif key[len(prefix) : len(prefix) + 3] == ":p:":
+            pend = records.decode_pending(value)
+            pendings[pend.step] = pend
+    if state_raw is None:
+        return None
+    return LoadedRun(records.decode_state(state_raw), state_raw, journal, pendings)

@@ -1,0 +1,207 @@
+"""Every public pyweft error, under one root.
+
+Each error's ``code`` equals its class name and never changes once released,
+so callers (and the HTTP edge later) can match on it. Messages say what went
+wrong and what to do; identifiers needed to act ride along as attributes.
+The full list is documented in ``docs/reference/errors.md``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class PyweftError(Exception):
+    """Root of every error pyweft raises on purpose."""
+
+    code: ClassVar[str] = "PyweftError"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.code = cls.__name__
+
+
+# --- configuration and input -------------------------------------------------
+
+
+class ConfigurationError(PyweftError):
+    """An engine or storage option is invalid (bad URL, unknown mode...)."""
+
+
+class InvalidArgumentError(PyweftError, ValueError):
+    """An argument to a public method is out of range or malformed (limit, cursor, id...)."""
+
+
+class InvalidDurationError(PyweftError, ValueError):
+    """A duration could not be parsed or is negative."""
+
+
+class PayloadError(PyweftError, ValueError):
+    """A value cannot be encoded or decoded, or is larger than allowed.
+
+    ``path`` names the offending field, e.g. ``args[0].items[2].price``.
+    """
+
+    def __init__(self, message: str, *, path: str = "$") -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class WorkflowNotRegisteredError(PyweftError, LookupError):
+    """A workflow name or function is not registered with the engine."""
+
+    def __init__(self, message: str, *, workflow_type: str) -> None:
+        super().__init__(message)
+        self.workflow_type = workflow_type
+
+
+class ActivityNotRegisteredError(PyweftError, LookupError):
+    """An activity called by name is registered neither on the workflow nor the engine."""
+
+    def __init__(self, message: str, *, activity_name: str) -> None:
+        super().__init__(message)
+        self.activity_name = activity_name
+
+
+class DefinitionError(PyweftError, TypeError):
+    """A decorated workflow or activity is malformed (wrong signature, duplicate name...)."""
+
+
+# --- workflow lifecycle -------------------------------------------------------
+
+
+class WorkflowNotFoundError(PyweftError, LookupError):
+    """No run with this id exists in the store."""
+
+    def __init__(self, message: str, *, workflow_id: str) -> None:
+        super().__init__(message)
+        self.workflow_id = workflow_id
+
+
+class WorkflowAlreadyExistsError(PyweftError):
+    """``start`` with an id (or idempotency key) that already maps to a run."""
+
+    def __init__(self, message: str, *, workflow_id: str) -> None:
+        super().__init__(message)
+        self.workflow_id = workflow_id
+
+
+class WorkflowFailedError(PyweftError):
+    """``result()`` of a run that ended in failure; ``error`` describes the cause."""
+
+    def __init__(
+        self, message: str, *, workflow_id: str, error_type: str, error_message: str
+    ) -> None:
+        super().__init__(message)
+        self.workflow_id = workflow_id
+        self.error_type = error_type
+        self.error_message = error_message
+
+
+class WorkflowCancelledError(PyweftError):
+    """``result()`` of a run that was cancelled."""
+
+    def __init__(self, message: str, *, workflow_id: str) -> None:
+        super().__init__(message)
+        self.workflow_id = workflow_id
+
+
+class ResultTimeoutError(PyweftError, TimeoutError):
+    """``result(timeout=...)`` ran out before the run finished (the run goes on)."""
+
+    def __init__(self, message: str, *, workflow_id: str) -> None:
+        super().__init__(message)
+        self.workflow_id = workflow_id
+
+
+class NonDeterminismError(PyweftError):
+    """Replay found a recorded step that differs from what the code now asks for."""
+
+    def __init__(self, message: str, *, workflow_id: str, step: int) -> None:
+        super().__init__(message)
+        self.workflow_id = workflow_id
+        self.step = step
+
+
+class EngineClosedError(PyweftError, RuntimeError):
+    """The engine is not running (not entered yet, or already shut down)."""
+
+
+# --- activities -------------------------------------------------------------------
+
+
+class ActivityError(PyweftError):
+    """An activity failed for good (retries exhausted, non-retryable, or out of budget).
+
+    Raised into the workflow, where it may be caught. ``error_type`` and
+    ``error_message`` preserve the original exception across restarts.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        activity_name: str,
+        step: int,
+        attempts: int,
+        error_type: str,
+        error_message: str,
+    ) -> None:
+        super().__init__(message)
+        self.activity_name = activity_name
+        self.step = step
+        self.attempts = attempts
+        self.error_type = error_type
+        self.error_message = error_message
+
+
+class ActivityTimeoutError(PyweftError, TimeoutError):
+    """One activity attempt exceeded its ``timeout`` (a retryable failure)."""
+
+
+# --- storage ----------------------------------------------------------------------
+
+
+class StorageError(PyweftError):
+    """The store could not complete an operation (I/O, lock contention, lost connection).
+
+    Raised, never reported as a failed condition. The driver error is kept
+    as ``__cause__``.
+    """
+
+
+class StorageClosedError(StorageError):
+    """An operation was attempted on a storage adapter after ``close()``."""
+
+
+class StorageCapabilityError(StorageError):
+    """The adapter lacks a capability a feature needs (e.g. conditional batches)."""
+
+
+class SchemaVersionError(StorageError):
+    """The store was written by a newer pyweft whose schema this version cannot read."""
+
+
+__all__ = [
+    "ActivityError",
+    "ActivityNotRegisteredError",
+    "ActivityTimeoutError",
+    "ConfigurationError",
+    "DefinitionError",
+    "EngineClosedError",
+    "InvalidArgumentError",
+    "InvalidDurationError",
+    "NonDeterminismError",
+    "PayloadError",
+    "PyweftError",
+    "ResultTimeoutError",
+    "SchemaVersionError",
+    "StorageCapabilityError",
+    "StorageClosedError",
+    "StorageError",
+    "WorkflowAlreadyExistsError",
+    "WorkflowCancelledError",
+    "WorkflowFailedError",
+    "WorkflowNotFoundError",
+    "WorkflowNotRegisteredError",
+]

@@ -1,0 +1,124 @@
+"""The storage protocol: a small ordered byte key-value store with compare-and-swap.
+
+All engine semantics live above this line, so a new backend only has to
+implement five coroutines and declare what it can promise. Keys are ``str``
+ordered by their UTF-8 bytes (the engine only builds ASCII keys); values are
+opaque ``bytes`` that adapters never inspect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Put:
+    """Write ``value`` at ``key`` (insert or overwrite)."""
+
+    key: str
+    value: bytes
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Delete:
+    """Remove ``key``; deleting an absent key is not an error."""
+
+    key: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Expect:
+    """A condition: the raw stored bytes at ``key`` equal ``value`` (``None``: key absent)."""
+
+    key: str
+    value: bytes | None
+
+
+Op = Put | Delete
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StorageCapabilities:
+    """What an adapter promises. The engine trusts these; lying corrupts runs.
+
+    ``persistence``: ``"local"`` (survives process exit on this machine),
+    ``"remote"`` (survives on another machine) or ``"ephemeral"`` (lost on close).
+    ``durable_commit``: a batch that returned is on stable storage (e.g. SQLite
+    ``synchronous=FULL``); ``False`` means it survives a process crash but may
+    be lost on power failure.
+    """
+
+    persistence: Literal["local", "remote", "ephemeral"]
+    atomic_batch: bool = True
+    conditional_batch: bool = True
+    linearizable: bool = True
+    snapshot_scans: bool = True
+    durable_commit: bool = True
+
+
+@runtime_checkable
+class Storage(Protocol):
+    """An ordered KV store. See the module docstring and the conformance suite."""
+
+    @property
+    def capabilities(self) -> StorageCapabilities: ...
+
+    async def get(self, key: str) -> bytes | None:
+        """The stored bytes at ``key``, or ``None``."""
+        ...
+
+    async def scan(
+        self,
+        prefix: str,
+        *,
+        start: str | None = None,
+        end: str | None = None,
+        limit: int | None = None,
+        reverse: bool = False,
+    ) -> list[tuple[str, bytes]]:
+        """Pairs whose key starts with ``prefix``, in key order (or reverse).
+
+        ``start`` is an inclusive lower bound and ``end`` an exclusive upper
+        bound on the full key; both are optional and combine with ``prefix``.
+        ``limit`` caps the number of pairs returned (after ordering).
+        """
+        ...
+
+    async def batch(self, ops: Sequence[Op]) -> None:
+        """Apply every op atomically, in order."""
+        ...
+
+    async def conditional_batch(self, conditions: Sequence[Expect], ops: Sequence[Op]) -> bool:
+        """Apply ``ops`` atomically iff every condition holds on the raw stored bytes.
+
+        Returns ``False`` only when a condition does not hold (nothing is
+        written). Contention, I/O and connection failures raise
+        :class:`~pyweft.errors.StorageError`; they are never reported as ``False``.
+        """
+        ...
+
+    async def close(self) -> None:
+        """Release resources. Idempotent. Later calls raise ``StorageClosedError``."""
+        ...
+
+
+def prefix_end(prefix: str) -> str | None:
+    """The smallest string greater than every string starting with ``prefix``.
+
+    ``None`` when no such bound exists (empty prefix or all code points maximal).
+    Surrogates are skipped because they have no UTF-8 encoding, so a bound
+    containing one could not be handed to a byte-ordered database.
+    """
+    chars = list(prefix)
+    while chars:
+        last = ord(chars[-1])
+        if last < 0x10FFFF:
+            nxt = last + 1
+            if 0xD800 <= nxt <= 0xDFFF:
+                nxt = 0xE000
+            chars[-1] = chr(nxt)
+            return "".join(chars)
+        chars.pop()
+    return None

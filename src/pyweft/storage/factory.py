@@ -1,0 +1,105 @@
+"""Turn a storage URL, or nothing at all, into an open adapter.
+
+URLs are the one spelling users type (CLI flags, environment, config), so
+every rejection names the URL and lists the forms that do work.
+"""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
+
+from pyweft.errors import ConfigurationError
+from pyweft.storage.base import Storage
+from pyweft.storage.memory import MemoryStorage
+from pyweft.storage.sqlite import SQLiteStorage
+
+ENV_VAR = "PYWEFT_DATABASE_URL"
+DEFAULT_URL = "sqlite:///pyweft.db"
+SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
+SUPPORTED_FORMS = (
+    "sqlite:///relative/path.db, sqlite:////absolute/path.db (optionally with "
+    "?synchronous=FULL or ?synchronous=NORMAL), a plain path ending in "
+    f"{'/'.join(SQLITE_SUFFIXES)}, or memory://"
+)
+
+
+def default_storage_url() -> str:
+    """``$PYWEFT_DATABASE_URL`` when set and non-empty, else ``./pyweft.db`` as a URL."""
+    return os.environ.get(ENV_VAR, "").strip() or DEFAULT_URL
+
+
+def open_storage(url: str | None = None, *, sqlite_synchronous: str = "FULL") -> Storage:
+    """Open the adapter ``url`` names (default: :func:`default_storage_url`).
+
+    ``sqlite_synchronous`` applies to SQLite unless the URL's own
+    ``?synchronous=`` says otherwise; the more specific setting wins.
+    Raises :class:`~pyweft.errors.ConfigurationError` for anything unusable.
+    """
+    text = default_storage_url() if url is None else url.strip()
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        if text.lower().endswith(SQLITE_SUFFIXES):
+            return SQLiteStorage(os.path.expanduser(text), synchronous=sqlite_synchronous)
+        raise _unsupported(text)
+    scheme = scheme.lower()
+    if scheme == "memory":
+        if rest:
+            raise ConfigurationError(
+                f"storage URL {_redact(text)!r}: memory:// takes no path or options"
+            )
+        return MemoryStorage()
+    if scheme in ("postgresql", "postgres") or scheme.startswith("postgresql+"):
+        raise ConfigurationError(
+            f"PostgreSQL support is not available yet (storage URL {_redact(text)!r}); "
+            "use a SQLite file such as sqlite:///pyweft.db for now"
+        )
+    if scheme == "sqlite":
+        return _open_sqlite(text, rest, sqlite_synchronous)
+    raise _unsupported(text)
+
+
+def _open_sqlite(url: str, rest: str, synchronous: str) -> SQLiteStorage:
+    location, _, query = rest.partition("?")
+    if location.strip("/") == ":memory:":
+        raise ConfigurationError(
+            f"storage URL {url!r}: in-memory SQLite is not supported; use memory:// instead"
+        )
+    if not location.startswith("/"):
+        raise ConfigurationError(
+            f"storage URL {url!r} names a host ({location.split('/')[0]!r}); SQLite URLs have "
+            "none: use sqlite:///relative/path.db or sqlite:////absolute/path.db"
+        )
+    path = unquote(location[1:])
+    if not path or path.endswith("/"):
+        raise ConfigurationError(
+            f"storage URL {url!r} names no database file; "
+            "use sqlite:///relative/path.db or sqlite:////absolute/path.db"
+        )
+    for name, value in parse_qsl(query, keep_blank_values=True):
+        if name != "synchronous":
+            raise ConfigurationError(
+                f"storage URL {url!r}: unknown SQLite option {name!r}; "
+                "the only option is synchronous=FULL or synchronous=NORMAL"
+            )
+        synchronous = value
+    return SQLiteStorage(os.path.expanduser(path), synchronous=synchronous)
+
+
+def _unsupported(url: str) -> ConfigurationError:
+    return ConfigurationError(
+        f"unsupported storage URL {_redact(url)!r}; use one of: {SUPPORTED_FORMS}"
+    )
+
+
+def _redact(url: str) -> str:
+    """Hide a password so that error messages and logs never carry it."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return url
+    if not password:
+        return url
+    netloc = parts.netloc.replace(f":{password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))

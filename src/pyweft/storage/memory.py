@@ -1,0 +1,124 @@
+"""An in-memory ordered store for tests and scratch runs.
+
+It implements the full protocol, conditional batches included, so the
+engine's unit tests exercise the same semantics as a real adapter. It is
+never a silent default: nothing survives ``close()`` or the process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from bisect import bisect_left, insort
+from collections.abc import Sequence
+
+from pyweft.errors import StorageClosedError
+from pyweft.storage.base import Delete, Expect, Op, Put, StorageCapabilities, prefix_end
+
+_CAPABILITIES = StorageCapabilities(persistence="ephemeral", durable_commit=False)
+
+
+class MemoryStorage:
+    """A sorted key list (searched with :mod:`bisect`) plus a dict of values.
+
+    Every operation first yields to the event loop once, like a real adapter
+    waiting on I/O, so concurrent coroutines genuinely interleave between
+    operations (CAS races in tests are real races). After that single yield
+    the operation runs without awaiting, which makes each batch atomic with
+    respect to every other coroutine.
+    """
+
+    def __init__(self) -> None:
+        self._keys: list[str] = []
+        self._values: dict[str, bytes] = {}
+        self._closed = False
+
+    @property
+    def capabilities(self) -> StorageCapabilities:
+        return _CAPABILITIES
+
+    async def get(self, key: str) -> bytes | None:
+        await self._enter()
+        return self._values.get(key)
+
+    async def scan(
+        self,
+        prefix: str,
+        *,
+        start: str | None = None,
+        end: str | None = None,
+        limit: int | None = None,
+        reverse: bool = False,
+    ) -> list[tuple[str, bytes]]:
+        if limit is not None and limit < 0:
+            raise ValueError(f"scan limit must be >= 0, got {limit}")
+        await self._enter()
+        lower = prefix if start is None else max(prefix, start)
+        upper = prefix_end(prefix)
+        if end is not None:
+            upper = end if upper is None else min(upper, end)
+        lo = bisect_left(self._keys, lower)
+        hi = len(self._keys) if upper is None else bisect_left(self._keys, upper)
+        if hi <= lo:
+            return []
+        if limit is not None:
+            if reverse:
+                lo = max(lo, hi - limit)
+            else:
+                hi = min(hi, lo + limit)
+        keys = self._keys[lo:hi]
+        if reverse:
+            keys.reverse()
+        values = self._values
+        return [(key, values[key]) for key in keys]
+
+    async def batch(self, ops: Sequence[Op]) -> None:
+        _check_ops(ops)
+        await self._enter()
+        self._apply(ops)
+
+    async def conditional_batch(self, conditions: Sequence[Expect], ops: Sequence[Op]) -> bool:
+        _check_ops(ops)
+        await self._enter()
+        values = self._values
+        if any(values.get(cond.key) != cond.value for cond in conditions):
+            return False
+        self._apply(ops)
+        return True
+
+    async def close(self) -> None:
+        self._closed = True
+        self._keys = []
+        self._values = {}
+
+    async def _enter(self) -> None:
+        # Checked both before and after the yield: close() may run in between.
+        self._raise_if_closed()
+        await asyncio.sleep(0)
+        self._raise_if_closed()
+
+    def _raise_if_closed(self) -> None:
+        if self._closed:
+            raise StorageClosedError(
+                "MemoryStorage is closed (its data is gone); create a new storage to continue"
+            )
+
+    def _apply(self, ops: Sequence[Op]) -> None:
+        keys, values = self._keys, self._values
+        for op in ops:
+            if isinstance(op, Put):
+                if op.key not in values:
+                    insort(keys, op.key)
+                values[op.key] = op.value
+            elif op.key in values:
+                del values[op.key]
+                del keys[bisect_left(keys, op.key)]
+
+
+def _check_ops(ops: Sequence[Op]) -> None:
+    """Reject values a durable adapter could not store, so memory-backed tests catch them."""
+    for op in ops:
+        if isinstance(op, Put):
+            if not isinstance(op.value, bytes):
+                raise TypeError(f"Put value for {op.key!r} must be bytes, got {type(op.value)}")
+        elif not isinstance(op, Delete):
+            raise TypeError(f"batch ops must be Put or Delete, got {type(op)}")

@@ -1,0 +1,522 @@
+"""The embedded default store: one SQLite file in WAL mode, driven from two threads.
+
+The stdlib driver blocks, so no SQLite call ever runs on the event loop.
+A single writer thread owns the write connection and coalesces every batch
+queued while it was busy into one transaction (group commit): concurrent
+runs then share one fsync instead of paying one each, and a lone
+sequential caller pays exactly one. A reader thread with its own connection
+serves ``get`` and ``scan``; WAL lets it read while the writer commits, so
+reads never wait behind an fsync.
+
+Results travel back with one ``call_soon_threadsafe`` per group and event
+loop, not one per batch, to keep wake-ups of the loop to a minimum.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future as ThreadFuture
+from typing import Any, Generic, TypeVar
+
+from pyweft.errors import ConfigurationError, StorageClosedError, StorageError
+from pyweft.storage.base import Delete, Expect, Op, Put, StorageCapabilities, prefix_end
+
+# --- SQL: every statement this adapter runs ------------------------------------
+
+_SQL_SCHEMA = "CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID"
+_SQL_GET = "SELECT value FROM kv WHERE key = ?"
+_SQL_PUT = "INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)"
+_SQL_DELETE = "DELETE FROM kv WHERE key = ?"
+_SQL_BEGIN = "BEGIN IMMEDIATE"
+_SQL_COMMIT = "COMMIT"
+# Keyed by (has upper bound, reverse). LIMIT -1 means "no limit" in SQLite.
+_SQL_SCAN = {
+    (False, False): "SELECT key, value FROM kv WHERE key >= ? ORDER BY key LIMIT ?",
+    (False, True): "SELECT key, value FROM kv WHERE key >= ? ORDER BY key DESC LIMIT ?",
+    (True, False): "SELECT key, value FROM kv WHERE key >= ? AND key < ? ORDER BY key LIMIT ?",
+    (True, True): (
+        "SELECT key, value FROM kv WHERE key >= ? AND key < ? ORDER BY key DESC LIMIT ?"
+    ),
+}
+_SQL_JOURNAL_WAL = "PRAGMA journal_mode=WAL"
+_SQL_SYNCHRONOUS = {
+    "FULL": "PRAGMA synchronous=FULL",
+    "NORMAL": "PRAGMA synchronous=NORMAL",
+}
+# No mmap_size on purpose: with memory-mapped I/O a failing disk surfaces as
+# SIGBUS and kills the process instead of raising an error we can report.
+_SQL_COMMON_PRAGMAS = (
+    "PRAGMA cache_size=-16384",  # 16 MiB of page cache per connection
+    "PRAGMA temp_store=MEMORY",
+)
+_SQL_WRITER_PRAGMAS = ("PRAGMA journal_size_limit=67108864",)  # truncate the WAL to 64 MiB
+_SQL_READER_PRAGMAS = ("PRAGMA query_only=ON",)
+
+SYNCHRONOUS_MODES = tuple(_SQL_SYNCHRONOUS)
+
+
+# --- jobs handed to the worker threads -------------------------------------------
+
+
+class _Job:
+    """A unit of work plus where to deliver its outcome (a result or an exception)."""
+
+    __slots__ = ("future", "loop")
+
+    def __init__(self, future: asyncio.Future[Any] | None, loop: asyncio.AbstractEventLoop | None):
+        self.future = future
+        self.loop = loop
+
+
+class _WriteJob(_Job):
+    __slots__ = ("conditions", "ops")
+
+    def __init__(
+        self,
+        conditions: Sequence[Expect],
+        ops: Sequence[Op],
+        future: asyncio.Future[Any],
+        loop: asyncio.AbstractEventLoop,
+    ):
+        super().__init__(future, loop)
+        self.conditions = conditions
+        self.ops = ops
+
+
+class _ReadJob(_Job):
+    __slots__ = ("params", "single", "sql")
+
+    def __init__(
+        self,
+        sql: str,
+        params: tuple[object, ...],
+        single: bool,
+        future: asyncio.Future[Any],
+        loop: asyncio.AbstractEventLoop,
+    ):
+        super().__init__(future, loop)
+        self.sql = sql
+        self.params = params
+        self.single = single
+
+
+class _Stop(_Job):
+    """Sentinel: finish what is queued before it, close the connection, exit."""
+
+    __slots__ = ()
+
+
+J = TypeVar("J", bound=_Job)
+
+
+def _settle(pairs: list[tuple[asyncio.Future[Any], object]]) -> None:
+    for future, outcome in pairs:
+        if future.done():  # the caller was cancelled; nobody is listening
+            continue
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
+
+
+def _deliver(jobs: Sequence[_Job], outcomes: Sequence[object]) -> None:
+    """Hand outcomes back with one thread-safe call per event loop involved."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], object]]] = {}
+    for job, outcome in zip(jobs, outcomes, strict=True):
+        if job.loop is not None and job.future is not None:
+            by_loop.setdefault(job.loop, []).append((job.future, outcome))
+    for loop, pairs in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_settle, pairs)
+        except RuntimeError:  # the loop is closed, so nobody awaits these futures
+            pass
+
+
+class _Worker(Generic[J]):
+    """One thread owning one connection, running whatever is queued as one group.
+
+    The connection is opened on the thread itself (sqlite3 connections are
+    thread-bound) and the constructor waits for it, so open errors surface
+    at construction time rather than on the first call.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        connect: Callable[[], sqlite3.Connection],
+        run_group: Callable[[sqlite3.Connection, list[J]], list[object]],
+        closed_error: Callable[[], StorageClosedError],
+    ) -> None:
+        self._connect = connect
+        self._run_group = run_group
+        self._closed_error = closed_error
+        self._queue: queue.SimpleQueue[J | _Stop] = queue.SimpleQueue()
+        ready: ThreadFuture[None] = ThreadFuture()
+        self._thread = threading.Thread(target=self._main, args=(ready,), name=name, daemon=True)
+        self._thread.start()
+        try:
+            ready.result()
+        except BaseException:
+            self._thread.join()
+            raise
+
+    def submit(self, job: J) -> None:
+        self._queue.put(job)
+
+    def stop(self, loop: asyncio.AbstractEventLoop | None) -> asyncio.Future[Any] | None:
+        future = loop.create_future() if loop is not None else None
+        self._queue.put(_Stop(future, loop))
+        return future
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def _main(self, ready: ThreadFuture[None]) -> None:
+        try:
+            conn = self._connect()
+        except BaseException as exc:
+            ready.set_exception(exc)
+            return
+        ready.set_result(None)
+        get, get_nowait, run_group = self._queue.get, self._queue.get_nowait, self._run_group
+        stop: _Stop | None = None
+        try:
+            while stop is None:
+                item = get()
+                group: list[J] = []
+                while True:
+                    if isinstance(item, _Stop):
+                        stop = item
+                        break
+                    group.append(item)
+                    try:
+                        item = get_nowait()
+                    except queue.Empty:
+                        break
+                if group:
+                    _deliver(group, run_group(conn, group))
+        finally:
+            conn.close()
+            self._fail_stragglers()
+            if stop is not None:
+                _deliver([stop], [None])
+
+    def _fail_stragglers(self) -> None:
+        # Only reachable if a job raced close() from another thread; fail it loudly.
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if not isinstance(item, _Stop):
+                _deliver([item], [self._closed_error()])
+
+
+# --- the adapter -------------------------------------------------------------------
+
+
+class SQLiteStorage:
+    """The :class:`~pyweft.storage.base.Storage` protocol on one SQLite file.
+
+    ``synchronous="FULL"`` (the default) fsyncs the WAL on every commit, so a
+    batch that returned survives power loss. ``"NORMAL"`` survives a process
+    crash but may lose the last commits on power loss, and is much faster.
+    ``busy_timeout_s`` bounds how long a commit waits for a lock held by
+    another process before raising :class:`~pyweft.errors.StorageError`.
+
+    Cancelling a caller does not withdraw a batch already handed to the
+    writer thread: treat its outcome as unknown, as with any remote store.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: str = "FULL",
+        busy_timeout_s: float = 5.0,
+    ) -> None:
+        mode = str(synchronous).upper()
+        if mode not in _SQL_SYNCHRONOUS:
+            raise ConfigurationError(
+                f"SQLite synchronous={synchronous!r} is not supported; "
+                f"use one of {', '.join(SYNCHRONOUS_MODES)}"
+            )
+        if busy_timeout_s < 0:
+            raise ConfigurationError(f"busy_timeout_s must be >= 0, got {busy_timeout_s}")
+        self._path = os.fspath(path)
+        _check_path(self._path)
+        self._synchronous: str = mode
+        self._busy_timeout_s = busy_timeout_s
+        self._capabilities = StorageCapabilities(
+            persistence="local", durable_commit=(mode == "FULL")
+        )
+        self._closed = False
+        self._close_task: asyncio.Future[None] | None = None
+        # The writer goes first: it switches the file to WAL and creates the table.
+        self._writer: _Worker[_WriteJob] = self._start_worker(
+            "pyweft-sqlite-writer", self._connect_writer, self._run_writes
+        )
+        try:
+            self._reader: _Worker[_ReadJob] = self._start_worker(
+                "pyweft-sqlite-reader", self._connect_reader, self._run_reads
+            )
+        except BaseException:
+            self._writer.stop(None)
+            self._writer.join()
+            raise
+
+    @property
+    def capabilities(self) -> StorageCapabilities:
+        return self._capabilities
+
+    @property
+    def path(self) -> str:
+        """The database file this adapter writes to."""
+        return self._path
+
+    @property
+    def synchronous(self) -> str:
+        """``"FULL"`` or ``"NORMAL"``."""
+        return self._synchronous
+
+    def __repr__(self) -> str:
+        return f"SQLiteStorage({self._path!r}, synchronous={self._synchronous!r})"
+
+    # --- protocol -------------------------------------------------------------------
+
+    async def get(self, key: str) -> bytes | None:
+        _check_key(key)
+        result: bytes | None = await self._read(_SQL_GET, (key,), True)
+        return result
+
+    async def scan(
+        self,
+        prefix: str,
+        *,
+        start: str | None = None,
+        end: str | None = None,
+        limit: int | None = None,
+        reverse: bool = False,
+    ) -> list[tuple[str, bytes]]:
+        _check_key(prefix)
+        lower = prefix
+        if start is not None:
+            _check_key(start)
+            lower = max(lower, start)
+        upper = prefix_end(prefix)
+        if end is not None:
+            _check_key(end)
+            upper = end if upper is None else min(upper, end)
+        if limit is None:
+            limit = -1
+        elif limit < 0:
+            raise ValueError(f"scan limit must be >= 0, got {limit}")
+        elif limit == 0:
+            self._raise_if_closed()
+            return []
+        params = (lower, limit) if upper is None else (lower, upper, limit)
+        rows: list[tuple[str, bytes]] = await self._read(
+            _SQL_SCAN[upper is not None, reverse], params, False
+        )
+        return rows
+
+    async def batch(self, ops: Sequence[Op]) -> None:
+        await self._write((), ops)
+
+    async def conditional_batch(self, conditions: Sequence[Expect], ops: Sequence[Op]) -> bool:
+        for condition in conditions:
+            _check_key(condition.key)
+        return await self._write(conditions, ops)
+
+    async def close(self) -> None:
+        """Finish queued work, stop both threads and close both connections."""
+        if self._close_task is None:
+            self._closed = True
+            self._close_task = asyncio.ensure_future(self._shutdown())
+        await asyncio.shield(self._close_task)
+
+    # --- event-loop side ------------------------------------------------------------
+
+    async def _read(self, sql: str, params: tuple[object, ...], single: bool) -> Any:
+        self._raise_if_closed()
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._reader.submit(_ReadJob(sql, params, single, future, loop))
+        return await future
+
+    async def _write(self, conditions: Sequence[Expect], ops: Sequence[Op]) -> bool:
+        # Validate here, on the caller's side: a malformed op reaching the writer
+        # would fail every other batch of its group along with its own.
+        _check_ops(ops)
+        self._raise_if_closed()
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._writer.submit(_WriteJob(conditions, ops, future, loop))
+        result: bool = await future
+        return result
+
+    async def _shutdown(self) -> None:
+        loop = asyncio.get_running_loop()
+        stopped = [self._reader.stop(loop), self._writer.stop(loop)]
+        await asyncio.gather(*(f for f in stopped if f is not None))
+        self._reader.join()
+        self._writer.join()
+
+    def _raise_if_closed(self) -> None:
+        if self._closed:
+            raise StorageClosedError(
+                f"SQLiteStorage for {self._path} is closed; open a new storage to continue"
+            )
+
+    # --- worker-thread side ---------------------------------------------------------
+
+    def _start_worker(
+        self,
+        name: str,
+        connect: Callable[[], sqlite3.Connection],
+        run_group: Callable[[sqlite3.Connection, list[J]], list[object]],
+    ) -> _Worker[J]:
+        try:
+            return _Worker(name, connect, run_group, self._closed_error)
+        except sqlite3.Error as exc:
+            raise StorageError(f"could not open SQLite database {self._path}: {exc}") from exc
+
+    def _closed_error(self) -> StorageClosedError:
+        return StorageClosedError(f"SQLiteStorage for {self._path} was closed")
+
+    def _connect(self, pragmas: Sequence[str]) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self._path, timeout=self._busy_timeout_s, isolation_level=None, cached_statements=32
+        )
+        try:
+            for pragma in pragmas:
+                conn.execute(pragma)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _connect_writer(self) -> sqlite3.Connection:
+        conn = self._connect(())
+        try:
+            (mode,) = conn.execute(_SQL_JOURNAL_WAL).fetchone()
+            if str(mode).lower() != "wal":
+                raise sqlite3.OperationalError(f"cannot switch to WAL mode (journal_mode={mode})")
+            for pragma in (
+                _SQL_SYNCHRONOUS[self._synchronous],
+                *_SQL_COMMON_PRAGMAS,
+                *_SQL_WRITER_PRAGMAS,
+            ):
+                conn.execute(pragma)
+            conn.execute(_SQL_SCHEMA)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _connect_reader(self) -> sqlite3.Connection:
+        return self._connect((*_SQL_COMMON_PRAGMAS, *_SQL_READER_PRAGMAS))
+
+    def _run_writes(self, conn: sqlite3.Connection, jobs: list[_WriteJob]) -> list[object]:
+        """Run every queued batch in one transaction: all commit, or all fail.
+
+        Conditions are checked before a batch's first write, so a failed
+        condition has nothing to undo and cannot disturb its neighbours; each
+        batch sees the effects of the batches queued before it, exactly as if
+        they had committed one by one.
+        """
+        cur = conn.cursor()
+        execute = cur.execute
+        outcomes: list[object] = []
+        try:
+            execute(_SQL_BEGIN)
+            for job in jobs:
+                held = True
+                for condition in job.conditions:
+                    rows = execute(_SQL_GET, (condition.key,)).fetchall()
+                    if (rows[0][0] if rows else None) != condition.value:
+                        held = False
+                        break
+                if held:
+                    for op in job.ops:
+                        if isinstance(op, Put):
+                            execute(_SQL_PUT, (op.key, op.value))
+                        else:
+                            execute(_SQL_DELETE, (op.key,))
+                outcomes.append(held)
+            execute(_SQL_COMMIT)
+        except Exception as exc:
+            try:
+                conn.rollback()
+            except sqlite3.Error:
+                pass  # the original error is the one worth reporting
+            return [self._failure(exc, "commit", rolled_back=len(jobs)) for _ in jobs]
+        finally:
+            cur.close()
+        return outcomes
+
+    def _run_reads(self, conn: sqlite3.Connection, jobs: list[_ReadJob]) -> list[object]:
+        outcomes: list[object] = []
+        for job in jobs:
+            try:
+                # fetchall() steps each statement to the end, so no read
+                # transaction stays open to pin an old WAL snapshot.
+                rows = conn.execute(job.sql, job.params).fetchall()
+            except Exception as exc:
+                outcomes.append(self._failure(exc, "read", rolled_back=0))
+                continue
+            outcomes.append((rows[0][0] if rows else None) if job.single else rows)
+        return outcomes
+
+    def _failure(self, exc: Exception, action: str, *, rolled_back: int) -> StorageError:
+        message = f"SQLite {action} on {self._path} failed: {exc}"
+        if rolled_back:
+            message += (
+                f". Nothing was written: all {rolled_back} batch(es) committing together were "
+                "rolled back. Retry once the cause (a lock held by another process, a full "
+                "or read-only disk...) is gone"
+            )
+        error = StorageError(message)
+        error.__cause__ = exc
+        return error
+
+
+def _check_path(path: str) -> None:
+    if path in ("", ":memory:") or path.startswith("file:"):
+        raise ConfigurationError(
+            f"SQLiteStorage needs a file path, got {path!r}; "
+            "use MemoryStorage (memory://) for a store that lives in memory"
+        )
+    if os.path.isdir(path):
+        raise ConfigurationError(f"SQLite database path {path!r} is a directory, not a file")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise ConfigurationError(
+            f"cannot create SQLite database {path!r}: directory {parent!r} does not exist; "
+            "create it first (pyweft does not create directories)"
+        )
+
+
+def _check_key(key: str) -> None:
+    if not isinstance(key, str):
+        raise TypeError(f"storage keys must be str, got {type(key)}")
+    if not key.isascii():
+        try:
+            key.encode()
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"storage key {key!r} is not valid UTF-8 text") from exc
+
+
+def _check_ops(ops: Sequence[Op]) -> None:
+    for op in ops:
+        if isinstance(op, Put):
+            if not isinstance(op.value, bytes):
+                raise TypeError(f"Put value for {op.key!r} must be bytes, got {type(op.value)}")
+        elif not isinstance(op, Delete):
+            raise TypeError(f"batch ops must be Put or Delete, got {type(op)}")
+        _check_key(op.key)
