@@ -32,6 +32,7 @@ _SUPPORTED = (
     "and pydantic models"
 )
 _AT_PATH = re.compile(r" - at `(\$[^`]*)`$")
+_NOISY_PREFIXES = re.compile(r"\b(?:typing|collections\.abc|builtins)\.")
 
 
 class PayloadCodec(Protocol):
@@ -217,8 +218,8 @@ def _dec_hook(into: Any, value: Any) -> Any:
             return into.model_validate(value, strict=False)  # type: ignore[attr-defined]
         except ValueError as exc:
             raise _model_invalid(into, exc) from exc
-    try:
-        if isinstance(value, into):
+    try:  # an abstract annotation (Iterable[int], a runtime protocol) the value already meets
+        if isinstance(value, typing.get_origin(into) or into):
             return value
     except TypeError:
         pass
@@ -342,7 +343,7 @@ def _type_name(annotation: object) -> str:
         return "Any"
     if isinstance(annotation, type) and typing.get_origin(annotation) is None:
         return annotation.__qualname__
-    return repr(annotation).replace("typing.", "")
+    return _NOISY_PREFIXES.sub("", repr(annotation))
 
 
 def _msgpack_array_length(data: bytes) -> int | None:

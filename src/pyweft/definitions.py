@@ -9,6 +9,7 @@ reads that record when the function is registered or passed to ``start`` /
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -239,9 +240,30 @@ def workflow_definition_of(obj: object) -> WorkflowDefinition | None:
     return d if isinstance(d, WorkflowDefinition) else None
 
 
+_plain: weakref.WeakKeyDictionary[Callable[..., Any], ActivityDefinition] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def activity_definition_of(fn: Callable[..., Any]) -> ActivityDefinition:
-    """The definition attached by ``@activity``; undecorated functions get defaults."""
+    """The definition attached by ``@activity``; undecorated functions get defaults.
+
+    Definitions of undecorated functions are cached (weakly) because building
+    one inspects type hints, which is far too slow for every ``ctx.run``.
+    """
     d = getattr(fn, _ACTIVITY_ATTR, None)
     if isinstance(d, ActivityDefinition):
         return d
-    return _activity_definition(fn, name=None, retry=None, timeout=None, schedule_to_close=None)
+    try:
+        cached = _plain.get(fn)
+    except TypeError:  # not weak-referenceable (e.g. some builtins)
+        cached = None
+    if cached is None:
+        cached = _activity_definition(
+            fn, name=None, retry=None, timeout=None, schedule_to_close=None
+        )
+        try:
+            _plain[fn] = cached
+        except TypeError:
+            pass
+    return cached

@@ -81,6 +81,7 @@ class Run:
         self._live_ops = 0
         self._open_pendings: set[int] = set(pendings)
         self._lock = asyncio.Lock()
+        self._journal_prefix = keys.journal_prefix(state.id)
 
     # --- step allocation and replay -------------------------------------------------
 
@@ -143,7 +144,7 @@ class Run:
     # --- commits ------------------------------------------------------------------------
 
     async def commit_step(self, rec: StepRecord) -> None:
-        key = keys.journal(self.id, rec.step)
+        key = f"{self._journal_prefix}{rec.step:010d}"
         ops: list[Op] = [Put(key=key, value=records.encode(rec))]
         if rec.step in self._open_pendings:
             ops.append(Delete(key=keys.pending(self.id, rec.step)))
