@@ -128,9 +128,13 @@ async def main() -> None:
         for sync in ("FULL", "NORMAL"):
             print(f"synchronous={sync}")
             rate = await bench_sequential(tmp, args.steps, sync)
-            print(f"  sequential: {args.steps} no-op activities in one workflow: {rate:,.0f} steps/s")
+            print(
+                f"  sequential: {args.steps} no-op activities in one workflow: {rate:,.0f} steps/s"
+            )
             rate = await bench_concurrent(tmp, args.workflows, sync)
-            print(f"  concurrent: {args.workflows} workflows x 3 activities: {rate:,.0f} workflows/s")
+            print(
+                f"  concurrent: {args.workflows} workflows x 3 activities: {rate:,.0f} workflows/s"
+            )
             lat = await bench_latency(tmp, args.latency_samples, sync)
             print(
                 f"  start->result of a 3-activity workflow: p50 {statistics.median(lat):.2f} ms, "

@@ -8,6 +8,7 @@ reads that record when the function is registered or passed to ``start`` /
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import weakref
 from collections.abc import Callable, Iterable
@@ -262,8 +263,6 @@ def activity_definition_of(fn: Callable[..., Any]) -> ActivityDefinition:
         cached = _activity_definition(
             fn, name=None, retry=None, timeout=None, schedule_to_close=None
         )
-        try:
+        with contextlib.suppress(TypeError):
             _plain[fn] = cached
-        except TypeError:
-            pass
     return cached

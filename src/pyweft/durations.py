@@ -58,7 +58,10 @@ def parse_duration(value: DurationLike, *, field: str = "duration") -> float:
         _reject_number(value, field)
     if type(value) is int:
         if value >= 0:
-            return _int_seconds(value, field)
+            try:
+                return float(value)
+            except OverflowError:
+                _reject_number(value, field)
         _reject_number(value, field)
     return _parse_slow(value, field)
 
@@ -106,20 +109,13 @@ def _trim(number: str) -> str:
     return number.rstrip("0").rstrip(".")
 
 
-def _int_seconds(value: int, field: str) -> float:
-    try:
-        return float(value)
-    except OverflowError:
-        raise InvalidDurationError(
-            f"Invalid {field}: {_show(value)} is too large to be a duration. Use {_EXAMPLES}."
-        ) from None
-
-
 def _reject_number(value: object, field: str) -> NoReturn:
     if isinstance(value, float) and math.isnan(value):
         reason = "is not a number"
     elif isinstance(value, float) and math.isinf(value):
         reason = "is infinite; pass None where no limit is meant"
+    elif isinstance(value, int) and value > 0:
+        reason = "is too large to be a duration"
     else:
         reason = "is negative; durations must be zero or more"
     raise InvalidDurationError(f"Invalid {field}: {_show(value)} {reason}. Use {_EXAMPLES}.")

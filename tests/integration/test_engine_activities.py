@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from support.backends import Backend
-from support.poll import eventually
 
 from pyweft import (
     ActivityError,
@@ -16,6 +14,8 @@ from pyweft import (
     activity,
     workflow,
 )
+from support.backends import Backend
+from support.poll import eventually
 
 attempts: dict[str, int] = {}
 
@@ -239,3 +239,63 @@ async def test_cancel_of_a_sleeping_run_survives_restart(backend: Backend) -> No
     async with backend.engine(workflows=[long_nap]) as engine:
         info = await engine.describe("nap")
     assert info.status == "cancelled"
+
+
+async def test_cancelled_workflow_may_run_cleanup_steps(backend: Backend) -> None:
+    @activity
+    async def release(what: str) -> str:
+        attempts["release"] = attempts.get("release", 0) + 1
+        return f"released {what}"
+
+    @workflow(name="with_cleanup")
+    async def with_cleanup(ctx: WorkflowContext) -> str:
+        try:
+            await ctx.sleep("1h")
+        except asyncio.CancelledError:
+            await ctx.run(release, "seat")
+            raise
+        return "not cancelled"
+
+    from pyweft import WorkflowCancelledError
+
+    async with backend.engine(workflows=[with_cleanup]) as engine:
+        handle = await engine.start(with_cleanup)
+        await eventually(lambda: backend.clock.pending_timers() == 1, what="asleep")
+        await handle.cancel()
+        with pytest.raises(WorkflowCancelledError):
+            await handle.result(timeout=5)
+        steps = await handle.history()
+    assert attempts["release"] == 1
+    assert [(s.kind, s.status) for s in steps] == [("activity", "completed")]
+
+
+async def test_concurrent_steps_are_numbered_in_call_order_and_replayed(backend: Backend) -> None:
+    order: list[str] = []
+
+    @activity
+    async def tagged(tag: str, delay_steps: int) -> str:
+        for _ in range(delay_steps):
+            await asyncio.sleep(0)
+        order.append(tag)
+        return tag
+
+    @workflow(name="fan_out")
+    async def fan_out(ctx: WorkflowContext) -> list[str]:
+        results = await asyncio.gather(
+            ctx.run(tagged, "slow", 50), ctx.run(tagged, "fast", 0), ctx.run(tagged, "mid", 10)
+        )
+        await ctx.sleep(5)
+        return list(results)
+
+    async with backend.engine(workflows=[fan_out]) as engine:
+        await engine.start(fan_out, id="fan")
+        await eventually(lambda: backend.clock.pending_timers() == 1, what="asleep")
+        steps = await engine.history("fan")
+    assert order == ["fast", "mid", "slow"]
+    assert [s.result for s in steps[:3]] == ["slow", "fast", "mid"]  # numbered by call order
+    assert (steps[3].kind, steps[3].status) == ("sleep", "open")
+    async with backend.engine(workflows=[fan_out]) as engine:
+        await eventually(lambda: backend.clock.pending_timers() == 1, what="asleep again")
+        backend.clock.advance(5)
+        assert await engine.get_handle("fan").result(timeout=5) == ["slow", "fast", "mid"]
+    assert len(order) == 3  # nothing re-ran on replay

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from support.backends import Backend
 
 from pyweft import (
     ActivityNotRegisteredError,
@@ -20,6 +19,7 @@ from pyweft import (
     WorkflowNotRegisteredError,
     workflow,
 )
+from support.backends import Backend
 
 
 @workflow

@@ -7,10 +7,9 @@ import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
-from support.backends import Backend
-from support.poll import eventually
 
 from pyweft import (
     Engine,
@@ -19,6 +18,8 @@ from pyweft import (
     activity,
     workflow,
 )
+from support.backends import Backend
+from support.poll import eventually
 
 calls: dict[str, int] = {}
 
@@ -229,6 +230,4 @@ async def test_engine_without_storage_uses_pyweft_database_url(
     monkeypatch.setenv("PYWEFT_DATABASE_URL", f"sqlite:///{db}")
     async with Engine(workflows=[arithmetic]) as engine:
         assert await (await engine.start(arithmetic, 1, 1)).result(timeout=5) == 4
-    import os
-
-    assert os.path.exists(db)
+    assert Path(db).exists()  # noqa: ASYNC240

@@ -27,7 +27,7 @@ class _ReplayFilter(logging.LoggerAdapter):  # type: ignore[type-arg]
         super().__init__(logger, {"workflow_id": run.id, "workflow_type": run.definition.name})
         self._run = run
 
-    def isEnabledFor(self, level: int) -> bool:  # noqa: N802 (logging API name)
+    def isEnabledFor(self, level: int) -> bool:
         return not self._run.replaying and super().isEnabledFor(level)
 
 
@@ -113,9 +113,7 @@ class WorkflowContext:
             act,
             args,
             retry if retry is not None else act.retry,
-            act.timeout_s
-            if timeout is None
-            else parse_optional_duration(timeout, field="timeout"),
+            act.timeout_s if timeout is None else parse_optional_duration(timeout, field="timeout"),
             act.schedule_to_close_s
             if schedule_to_close is None
             else parse_optional_duration(schedule_to_close, field="schedule_to_close"),
@@ -123,9 +121,9 @@ class WorkflowContext:
 
     def _resolve(self, activity: Callable[..., Any] | str) -> ActivityDefinition:
         if isinstance(activity, str):
-            act = self._run.definition.activities.get(activity) or self._run.services.activities.get(
+            act = self._run.definition.activities.get(
                 activity
-            )
+            ) or self._run.services.activities.get(activity)
             if act is None:
                 known = sorted({*self._run.definition.activities, *self._run.services.activities})
                 raise ActivityNotRegisteredError(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
 import logging
 import time
 import uuid
@@ -27,8 +28,8 @@ from pyweft.engine.commit import Committer
 from pyweft.engine.context import WorkflowContext
 from pyweft.engine.handle import WorkflowHandle
 from pyweft.engine.info import Page, StepInfo, WorkflowInfo
-from pyweft.engine.recovery import load_run, running_ids
 from pyweft.engine.records import TERMINAL_STATUSES, WorkflowState
+from pyweft.engine.recovery import load_run, running_ids
 from pyweft.engine.run import Run, RunServices
 from pyweft.engine.visibility import Visibility, outcome_of
 from pyweft.errors import (
@@ -38,6 +39,7 @@ from pyweft.errors import (
     InvalidArgumentError,
     ResultTimeoutError,
     SchemaVersionError,
+    StorageCapabilityError,
     WorkflowAlreadyExistsError,
     WorkflowNotFoundError,
     WorkflowNotRegisteredError,
@@ -163,6 +165,12 @@ class Engine:
         """Check the store's schema and, unless ``recover=False``, resume every running run."""
         if self._state != "new":
             raise EngineClosedError("an Engine can be opened only once; create a new one")
+        caps = self._storage.capabilities
+        if not (caps.atomic_batch and caps.conditional_batch):
+            raise StorageCapabilityError(
+                f"{type(self._storage).__name__} does not declare atomic and conditional batches; "
+                "the engine needs both to commit steps safely"
+            )
         await self._check_schema()
         self._executor = ThreadPoolExecutor(
             max_workers=self._activity_threads, thread_name_prefix="pyweft-activity"
@@ -244,7 +252,7 @@ class Engine:
         self,
         wf: Callable[..., Any] | str,
         *args: Any,
-        id: str | None = None,  # noqa: A002 (public API name)
+        id: str | None = None,
         idempotency_key: str | None = None,
         on_conflict: Literal["fail", "use_existing"] = "fail",
     ) -> WorkflowHandle:
@@ -459,9 +467,7 @@ class Engine:
                 self._loading.pop(workflow_id, None)
 
         for workflow_id in ids:
-            self._loading[workflow_id] = asyncio.get_running_loop().create_task(
-                resume(workflow_id)
-            )
+            self._loading[workflow_id] = asyncio.get_running_loop().create_task(resume(workflow_id))
         tasks = [self._loading[i] for i in ids if i in self._loading]
         if tasks:
             await asyncio.gather(*tasks)
@@ -492,7 +498,7 @@ class Engine:
             status=status, workflow_type=workflow_type, limit=limit, cursor=cursor
         )
 
-    async def history(self, workflow_id: str) -> list[StepInfo]:
+    async def history(self, workflow_id: str) -> builtins.list[StepInfo]:
         """Every committed step of a run in step order, plus steps still open."""
         self._services_or_raise()
         return await self.visibility.history(workflow_id)

@@ -73,6 +73,8 @@ class Run:
         self.journal = journal
         self.pendings = pendings
         self.cancel_requested = state.cancel_requested
+        # A cancel is raised into the workflow once; cleanup steps after it run normally.
+        self.cancel_delivered = False
         self.stopping = False
         self.fatal: NonDeterminismError | None = None
         self.task: asyncio.Task[None] | None = None
@@ -119,7 +121,8 @@ class Run:
         """Called when a step starts running for real: deliver cancellation here."""
         if self.fatal is not None:
             raise self.fatal
-        if self.cancel_requested:
+        if self.cancel_requested and not self.cancel_delivered:
+            self.cancel_delivered = True
             raise asyncio.CancelledError()
 
     async def live(self, aw: Awaitable[T]) -> T:
@@ -231,28 +234,50 @@ class Run:
                 info = records.error_info(exc)
                 if give_up:
                     failed = StepRecord(
-                        step=step, kind="activity", name=act.name, ok=False,
-                        started_at=first, finished_at=now, attempts=attempt, error=info,
-                    )  # fmt: skip
+                        step=step,
+                        kind="activity",
+                        name=act.name,
+                        ok=False,
+                        started_at=first,
+                        finished_at=now,
+                        attempts=attempt,
+                        error=info,
+                    )
                     await self.commit_step(failed)
                     raise self.activity_error(failed) from exc
                 log.info(
                     "activity %s (workflow %s step %d) attempt %d failed: %s; retrying in %.3fs",
-                    act.name, self.id, step, attempt, info.message, delay,
-                )  # fmt: skip
+                    act.name,
+                    self.id,
+                    step,
+                    attempt,
+                    info.message,
+                    delay,
+                )
                 retry_at = now + delay
                 await self.commit_pending(
                     PendingStep(
-                        step=step, kind="activity", name=act.name, deadline=retry_at,
-                        attempt=attempt, first_started_at=first, last_error=info,
-                    )  # fmt: skip
+                        step=step,
+                        kind="activity",
+                        name=act.name,
+                        deadline=retry_at,
+                        attempt=attempt,
+                        first_started_at=first,
+                        last_error=info,
+                    )
                 )
                 await self.live(self.wait_until(retry_at))
                 continue
             done = StepRecord(
-                step=step, kind="activity", name=act.name, ok=True,
-                started_at=first, finished_at=clock.now(), attempts=attempt, value=payload,
-            )  # fmt: skip
+                step=step,
+                kind="activity",
+                name=act.name,
+                ok=True,
+                started_at=first,
+                finished_at=clock.now(),
+                attempts=attempt,
+                value=payload,
+            )
             await self.commit_step(done)
             return self.services.codec.decode(payload, act.result_type)
 
@@ -326,9 +351,13 @@ class Run:
             await self.live(self.wait_until(pend.deadline))
         await self.commit_step(
             StepRecord(
-                step=step, kind="sleep", name="sleep", ok=True,
-                started_at=started, finished_at=clock.now(),
-            )  # fmt: skip
+                step=step,
+                kind="sleep",
+                name="sleep",
+                ok=True,
+                started_at=started,
+                finished_at=clock.now(),
+            )
         )
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -344,6 +373,7 @@ class Run:
             )
             self.cancel_requested = True
         if self._live_ops > 0 and self.task is not None:
+            self.cancel_delivered = True
             self.task.cancel()
 
     async def drive(self, make_context: Callable[[Run], Any]) -> None:

@@ -11,8 +11,8 @@ from pyweft.codec import PayloadCodec
 from pyweft.definitions import WorkflowDefinition
 from pyweft.engine import keys, records
 from pyweft.engine.info import Page, StepInfo, WorkflowInfo, to_datetime
-from pyweft.engine.recovery import load_run
 from pyweft.engine.records import ALL_STATUSES, WorkflowState
+from pyweft.engine.recovery import load_run
 from pyweft.errors import (
     InvalidArgumentError,
     PyweftError,
@@ -42,9 +42,7 @@ def outcome_of(
         definition = workflows.get(state.type)
         return codec.decode(state.result, definition.result_type if definition else Any)
     if state.status == "cancelled":
-        raise WorkflowCancelledError(
-            f"workflow {state.id!r} was cancelled", workflow_id=state.id
-        )
+        raise WorkflowCancelledError(f"workflow {state.id!r} was cancelled", workflow_id=state.id)
     err = state.error or records.ErrorInfo(type=state.status, message="")
     raise WorkflowFailedError(
         f"workflow {state.id!r} {state.status}: {err.type}: {err.message}",
@@ -100,9 +98,7 @@ class Visibility:
         loaded = await load_run(self._storage, workflow_id)
         if loaded is None:
             raise not_found(workflow_id)
-        updated = max(
-            [loaded.state.updated_at, *(r.finished_at for r in loaded.journal.values())]
-        )
+        updated = max([loaded.state.updated_at, *(r.finished_at for r in loaded.journal.values())])
         return self._info(loaded.state, len(loaded.journal), updated)
 
     async def history(self, workflow_id: str) -> list[StepInfo]:
