@@ -32,6 +32,7 @@ _SUPPORTED = (
     "and pydantic models"
 )
 _AT_PATH = re.compile(r" - at `(\$[^`]*)`$")
+_MAX_ARGS_DECODERS = 512
 _NOISY_PREFIXES = re.compile(r"\b(?:typing|collections\.abc|builtins)\.")
 
 
@@ -124,22 +125,37 @@ class DefaultPayloadCodec:
             return self._any_decoder
 
     def _decode_args(self, data: bytes, types: tuple[object, ...]) -> tuple[object, ...]:
-        """Decode the argument array with one msgspec call, whatever its length."""
-        length = _msgpack_array_length(data)
-        key = (types, -1 if length is None else length)
+        """Decode the argument array with one msgspec call, whatever its length.
+
+        Untyped signatures share one plain-tuple decoder (key length -1);
+        typed ones get a fixed-length tuple decoder per array length seen.
+        """
         try:
-            decoder = self._args_decoders.get(key)
-        except TypeError:
-            decoder = self._build_args_decoder(types, length)
-        else:
+            decoder = self._args_decoders.get((types, -1))
             if decoder is None:
-                decoder = self._args_decoders[key] = self._build_args_decoder(types, length)
+                decoder = self._typed_args_decoder(types, _msgpack_array_length(data))
+        except TypeError:  # an unhashable annotation
+            decoder = self._build_args_decoder(types, _msgpack_array_length(data))
         try:
             return decoder.decode(data)  # type: ignore[no-any-return]
         except msgspec.ValidationError as exc:
             raise _args_decode_error(exc, types) from exc
         except msgspec.DecodeError as exc:
             raise _malformed(exc, root="args") from exc
+
+    def _typed_args_decoder(
+        self, types: tuple[object, ...], length: int | None
+    ) -> msgspec.msgpack.Decoder[Any]:
+        key = (types, -2 if length is None else length)
+        decoder = self._args_decoders.get(key)
+        if decoder is not None:
+            return decoder
+        if all(t is Any for t in types):
+            key = (types, -1)
+        elif len(self._args_decoders) >= _MAX_ARGS_DECODERS:  # *args of ever-new lengths
+            self._args_decoders.clear()
+        decoder = self._args_decoders[key] = self._build_args_decoder(types, length)
+        return decoder
 
     def _build_args_decoder(
         self, types: tuple[object, ...], length: int | None

@@ -536,6 +536,23 @@ def test_long_argument_lists_use_the_wider_array_header() -> None:
     assert decode_args(codec, encode_args(codec, small), (int,) * 20) == small
 
 
+def test_typed_varargs_of_many_different_lengths_all_decode() -> None:
+    for length in range(0, 1500, 3):
+        args = (Decimal("1"), *range(length))
+        decoded = decode_args(codec, encode_args(codec, args), (Decimal,))
+        assert decoded == args
+
+
+def test_a_codec_subclass_that_overrides_decode_is_honoured_for_arguments() -> None:
+    class Shouting(DefaultPayloadCodec):
+        def decode(self, data: bytes, into: object = Any) -> Any:
+            value = super().decode(data, into)
+            return [v.upper() for v in value] if isinstance(value, list) else value
+
+    shouting = Shouting()
+    assert decode_args(shouting, encode_args(shouting, ("a", "b")), ()) == ("A", "B")
+
+
 def test_argument_encode_errors_are_rooted_at_args() -> None:
     with pytest.raises(PayloadError) as caught:
         encode_args(codec, (1, {"x": Widget()}))
