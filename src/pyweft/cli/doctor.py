@@ -1,0 +1,127 @@
+"""``pyweft doctor``: can this process reach the store, and what does it promise?"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections import Counter
+from dataclasses import asdict, dataclass
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+import pyweft
+from pyweft import Engine, PyweftError, SQLiteStorage, Storage
+from pyweft.cli import DbOption, JsonOption, render
+from pyweft.engine.keys import SCHEMA_KEY, SCHEMA_VERSION
+from pyweft.storage import default_storage_url
+
+_PAGE = 1000
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Report:
+    """What doctor found; also its ``--json`` output."""
+
+    pyweft_version: str
+    python_version: str
+    url: str
+    kind: str
+    location: str | None
+    reachable: bool
+    persistence: str
+    durable_commit: bool
+    durability: str
+    schema_version: int | None
+    supported_schema_version: int
+    new_store: bool
+    runs: dict[str, int]
+    total_runs: int
+
+
+def durability_of(storage: Storage) -> str:
+    caps = storage.capabilities
+    if caps.persistence == "ephemeral":
+        return "none: memory only, everything is lost when the process exits"
+    mode = f" (synchronous={storage.synchronous})" if isinstance(storage, SQLiteStorage) else ""
+    if caps.durable_commit:
+        return f"durable{mode}: a commit survives process crashes and power loss"
+    return f"survives process crashes, not power loss{mode}"
+
+
+async def examine(url: str) -> Report:
+    # recover=False: the doctor looks, it never resumes anybody's runs.
+    engine = Engine(url, recover=False)
+    try:
+        before = await engine.storage.get(SCHEMA_KEY)  # read before open() may initialise it
+        await engine.open()
+        counts: Counter[str] = Counter()
+        cursor: str | None = None
+        while True:  # one pass over every run; fine until the engine can count
+            page = await engine.list(limit=_PAGE, cursor=cursor)
+            counts.update(info.status for info in page.items)
+            if (cursor := page.next_cursor) is None:
+                break
+        after = await engine.storage.get(SCHEMA_KEY)
+    finally:
+        await engine.shutdown()
+    return _report(url, engine.storage, before, after, counts)
+
+
+def _report(
+    url: str, storage: Storage, before: bytes | None, after: bytes | None, counts: Counter[str]
+) -> Report:
+    return Report(
+        pyweft_version=pyweft.__version__,
+        python_version=sys.version.split()[0],
+        url=url,
+        kind=type(storage).__name__,
+        location=os.path.abspath(storage.path) if isinstance(storage, SQLiteStorage) else None,
+        reachable=True,
+        persistence=storage.capabilities.persistence,
+        durable_commit=storage.capabilities.durable_commit,
+        durability=durability_of(storage),
+        schema_version=None if after is None else int(after),
+        supported_schema_version=SCHEMA_VERSION,
+        new_store=before is None,
+        runs=dict(sorted(counts.items())),
+        total_runs=sum(counts.values()),
+    )
+
+
+def _print(report: Report) -> None:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column(overflow="fold")
+    grid.add_row("pyweft", f"{report.pyweft_version} (Python {report.python_version})")
+    where = f" at {report.location}" if report.location else ""
+    grid.add_row("storage", escape(f"{report.url} → {report.kind}{where}"))
+    grid.add_row("reachable", "[green]yes[/]")
+    style = "green" if report.durable_commit else "yellow"
+    grid.add_row("durability", f"[{style}]{escape(report.durability)}[/]")
+    schema = f"{report.schema_version} (this pyweft reads up to {report.supported_schema_version})"
+    if report.new_store:
+        schema += ", new store: initialised just now"
+    grid.add_row("schema", schema)
+    by_status = ", ".join(f"{n} {render.status_text(s)}" for s, n in report.runs.items())
+    grid.add_row("runs", f"{report.total_runs} total" + (f": {by_status}" if by_status else ""))
+    render.console().print(grid)
+
+
+def doctor(db: DbOption = None, as_json: JsonOption = False) -> None:
+    """Check that the store opens and report its durability, schema and run counts."""
+    url = db or default_storage_url()
+    try:
+        report = asyncio.run(examine(url))
+    except PyweftError as exc:
+        if as_json:
+            error = {"code": exc.code, "message": str(exc)}
+            render.print_json({"url": url, "reachable": False, "error": error})
+        render.error(exc.code, str(exc))
+        raise typer.Exit(1) from None
+    if as_json:
+        render.print_json(asdict(report))
+    else:
+        _print(report)

@@ -1,0 +1,38 @@
+"""The ``pyweft`` typer app: ``version``, ``doctor``, ``demo`` and ``workflows``."""
+
+from __future__ import annotations
+
+import platform
+
+import typer
+
+import pyweft
+from pyweft.cli import demo, doctor, render, workflows
+
+app = typer.Typer(
+    name="pyweft",
+    help="Durable execution for Python: inspect stores and runs, or try the demo.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,  # locals may hold connection strings
+)
+app.command("doctor")(doctor.doctor)
+app.command("demo")(demo.demo)
+app.add_typer(workflows.app, name="workflows")
+
+
+@app.command("version")
+def version() -> None:
+    """Print the pyweft and Python versions."""
+    out = render.console()
+    out.print(f"pyweft {pyweft.__version__}")
+    out.print(f"Python {platform.python_version()} ({platform.python_implementation()})")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,184 @@
+"""Output for people (rich tables, one-line errors) and for tools (JSON).
+
+JSON goes straight to stdout, never through rich, so that no terminal width
+or markup can reflow or colour it. Errors go to stderr on one line.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime
+from typing import Any
+
+import msgspec
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from pyweft import ErrorInfo, StepInfo, WorkflowInfo
+
+STATUS_STYLES = {
+    "completed": "green",
+    "running": "cyan",
+    "open": "cyan",
+    "failed": "red",
+    "timed_out": "red",
+    "cancelled": "yellow",
+}
+
+
+def console() -> Console:
+    """A console for stdout, created per command so test runners can swap the stream."""
+    return Console(highlight=False)
+
+
+def error(code: str, message: str) -> None:
+    """Print ``error: Code: message`` in red on one line of stderr."""
+    line = " ".join(message.split())
+    Console(stderr=True, highlight=False, soft_wrap=True).print(
+        f"[bold red]error:[/] [red]{escape(code)}: {escape(line)}[/]"
+    )
+
+
+# --- JSON ---------------------------------------------------------------------------
+
+
+def _json_fallback(value: object) -> object:
+    if isinstance(value, ErrorInfo):
+        return error_dict(value)
+    return repr(value)  # anything else stays readable rather than crashing the listing
+
+
+def to_json(data: object) -> str:
+    """Encode ``data`` as indented JSON (datetimes as ISO-8601 strings)."""
+    raw = msgspec.json.encode(data, enc_hook=_json_fallback)
+    return msgspec.json.format(raw, indent=2).decode()
+
+
+def print_json(data: object) -> None:
+    sys.stdout.write(to_json(data) + "\n")
+    sys.stdout.flush()
+
+
+def error_dict(err: ErrorInfo | None) -> dict[str, Any] | None:
+    if err is None:
+        return None
+    return {"type": err.type, "message": err.message, "code": err.code}
+
+
+def info_dict(info: WorkflowInfo) -> dict[str, Any]:
+    return {
+        "id": info.id,
+        "workflow_type": info.workflow_type,
+        "version": info.version,
+        "status": info.status,
+        "created_at": info.created_at,
+        "updated_at": info.updated_at,
+        "step_count": info.step_count,
+        "result": info.result,
+        "error": error_dict(info.error),
+        "cancel_requested": info.cancel_requested,
+    }
+
+
+def step_dict(step: StepInfo) -> dict[str, Any]:
+    return {
+        "step": step.step,
+        "kind": step.kind,
+        "name": step.name,
+        "status": step.status,
+        "attempts": step.attempts,
+        "started_at": step.started_at,
+        "finished_at": step.finished_at,
+        "duration_ms": duration_ms(step),
+        "result": step.result,
+        "error": error_dict(step.error),
+        "next_attempt_at": step.next_attempt_at,
+    }
+
+
+# --- tables -------------------------------------------------------------------------
+
+
+def when(moment: datetime | None) -> str:
+    """A timestamp in the viewer's local time, to the second."""
+    return "" if moment is None else moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def clock_time(moment: datetime, day: datetime) -> str:
+    """Time of day, with the date only when it differs from ``day``'s."""
+    local = moment.astimezone()
+    text = local.strftime("%H:%M:%S")
+    if local.date() != day.astimezone().date():
+        text = f"{local:%Y-%m-%d} {text}"
+    return text
+
+
+def duration_ms(step: StepInfo) -> float | None:
+    seconds = step.duration_s
+    return None if seconds is None else round(seconds * 1000, 1)
+
+
+def status_text(status: str) -> str:
+    style = STATUS_STYLES.get(status)
+    return f"[{style}]{escape(status)}[/]" if style else escape(status)
+
+
+def runs_table(items: list[WorkflowInfo]) -> Table:
+    table = Table(show_edge=False, pad_edge=False, header_style="bold")
+    table.add_column("id", overflow="fold")
+    table.add_column("type", overflow="fold")
+    table.add_column("status", no_wrap=True)
+    table.add_column("created", no_wrap=True)
+    table.add_column("updated", no_wrap=True)
+    for info in items:
+        table.add_row(
+            escape(info.id),
+            escape(info.workflow_type),
+            status_text(info.status),
+            when(info.created_at),
+            clock_time(info.updated_at, info.created_at),
+        )
+    return table
+
+
+def _note(step: StepInfo, day: datetime) -> str:
+    if step.error is not None:
+        return f"{step.error.type}: {step.error.message}"
+    if step.status == "open" and step.next_attempt_at is not None:
+        what = "wakes" if step.kind == "sleep" else "next attempt"
+        return f"{what} at {clock_time(step.next_attempt_at, day)}"
+    return ""
+
+
+def steps_table(steps: list[StepInfo], day: datetime) -> Table:
+    """A run's history; times show the date only when it is not ``day`` (the run's start)."""
+    notes = [_note(step, day) for step in steps]
+    table = Table(show_edge=False, pad_edge=False, header_style="bold")
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("kind", no_wrap=True)
+    table.add_column("name", overflow="fold")
+    table.add_column("status", no_wrap=True)
+    table.add_column("attempts", justify="right", no_wrap=True)
+    table.add_column("started", no_wrap=True)
+    table.add_column("duration", justify="right", no_wrap=True)
+    if any(notes):
+        table.add_column("note", overflow="fold")
+    for step, note in zip(steps, notes, strict=True):
+        ms = duration_ms(step)
+        cells = [
+            str(step.step),
+            escape(step.kind),
+            escape(step.name),
+            status_text(step.status),
+            str(step.attempts),
+            clock_time(step.started_at, day),
+            "" if ms is None else f"{ms:,.1f} ms",
+        ]
+        table.add_row(*cells, *([escape(note)] if any(notes) else []))
+    return table
+
+
+def value_text(value: object) -> str:
+    """A result value on one line, as compact JSON."""
+    return msgspec.json.encode(value, enc_hook=_json_fallback).decode()
