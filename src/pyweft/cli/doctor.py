@@ -15,7 +15,6 @@ from rich.table import Table
 import pyweft
 from pyweft import Engine, PyweftError, SQLiteStorage, Storage
 from pyweft.cli import DbOption, JsonOption, render
-from pyweft.engine.keys import SCHEMA_KEY, SCHEMA_VERSION
 from pyweft.storage import default_storage_url
 
 _PAGE = 1000
@@ -55,7 +54,6 @@ async def examine(url: str) -> Report:
     # recover=False: the doctor looks, it never resumes anybody's runs.
     engine = Engine(url, recover=False)
     try:
-        before = await engine.storage.get(SCHEMA_KEY)  # read before open() may initialise it
         await engine.open()
         counts: Counter[str] = Counter()
         cursor: str | None = None
@@ -64,15 +62,13 @@ async def examine(url: str) -> Report:
             counts.update(info.status for info in page.items)
             if (cursor := page.next_cursor) is None:
                 break
-        after = await engine.storage.get(SCHEMA_KEY)
     finally:
         await engine.shutdown()
-    return _report(url, engine.storage, before, after, counts)
+    return _report(url, engine, counts)
 
 
-def _report(
-    url: str, storage: Storage, before: bytes | None, after: bytes | None, counts: Counter[str]
-) -> Report:
+def _report(url: str, engine: Engine, counts: Counter[str]) -> Report:
+    storage = engine.storage
     return Report(
         pyweft_version=pyweft.__version__,
         python_version=sys.version.split()[0],
@@ -83,9 +79,9 @@ def _report(
         persistence=storage.capabilities.persistence,
         durable_commit=storage.capabilities.durable_commit,
         durability=durability_of(storage),
-        schema_version=None if after is None else int(after),
-        supported_schema_version=SCHEMA_VERSION,
-        new_store=before is None,
+        schema_version=engine.schema_version,
+        supported_schema_version=engine.supported_schema_version,
+        new_store=engine.store_was_new,
         runs=dict(sorted(counts.items())),
         total_runs=sum(counts.values()),
     )

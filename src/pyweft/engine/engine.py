@@ -110,9 +110,16 @@ class Engine:
         self._runs: dict[str, Run] = {}
         self._loading: dict[str, asyncio.Task[None]] = {}
         self._state: Literal["new", "open", "closed"] = "new"
+        self.schema_version: int | None = None
+        """The store's schema version, known once the engine is open."""
+        self.store_was_new = False
+        """True when this engine found an empty store and initialised it."""
         self.visibility = Visibility(self._storage, self.codec, self._workflows)
 
     # --- registration ---------------------------------------------------------------
+
+    supported_schema_version: int = keys.SCHEMA_VERSION
+    """The newest store schema this version of pyweft reads and writes."""
 
     def register_workflow(self, fn: Callable[..., Any]) -> WorkflowDefinition:
         """Register a workflow function (decorated with ``@workflow`` or a plain ``async def``)."""
@@ -194,6 +201,7 @@ class Engine:
             await self._committer.commit(
                 [Put(key=keys.SCHEMA_KEY, value=value)], [Expect(key=keys.SCHEMA_KEY, value=None)]
             )
+            self.schema_version, self.store_was_new = keys.SCHEMA_VERSION, True
             return
         try:
             version = int(raw.decode())
@@ -204,6 +212,7 @@ class Engine:
                 f"the store was written by a newer pyweft (schema {version}); this version reads "
                 f"schema {keys.SCHEMA_VERSION}. Upgrade pyweft to open it."
             )
+        self.schema_version = version
 
     async def shutdown(self) -> None:
         """Stop every run (they stay resumable) and release the store. Idempotent."""
