@@ -26,7 +26,9 @@ async def sequential_cas(path: Path, synchronous: str, n: int) -> float:
         started = time.perf_counter()
         for i in range(n):
             key = f"seq:{i:08d}"
-            if not await storage.conditional_batch([Expect(key=key, value=None)], [Put(key=key, value=VALUE)]):
+            if not await storage.conditional_batch(
+                [Expect(key=key, value=None)], [Put(key=key, value=VALUE)]
+            ):
                 raise AssertionError(key)
         return n / (time.perf_counter() - started)
     finally:
@@ -40,7 +42,9 @@ async def sequential_get_cas(path: Path, synchronous: str, n: int) -> float:
         for i in range(n):
             key = f"step:{i:08d}"
             current = await storage.get(key)
-            if not await storage.conditional_batch([Expect(key=key, value=current)], [Put(key=key, value=VALUE)]):
+            if not await storage.conditional_batch(
+                [Expect(key=key, value=current)], [Put(key=key, value=VALUE)]
+            ):
                 raise AssertionError(key)
         return n / (time.perf_counter() - started)
     finally:
@@ -54,7 +58,9 @@ async def concurrent_batches(path: Path, synchronous: str, n: int, concurrency: 
     async def worker(w: int) -> None:
         for i in range(per_task):
             key = f"con:{w:04d}:{i:08d}"
-            await storage.conditional_batch([Expect(key=key, value=None)], [Put(key=key, value=VALUE)])
+            await storage.conditional_batch(
+                [Expect(key=key, value=None)], [Put(key=key, value=VALUE)]
+            )
 
     try:
         started = time.perf_counter()

@@ -65,6 +65,11 @@ def _open_sqlite(url: str, rest: str, synchronous: str) -> SQLiteStorage:
         raise ConfigurationError(
             f"storage URL {url!r}: in-memory SQLite is not supported; use memory:// instead"
         )
+    if not location.strip("/"):
+        raise ConfigurationError(
+            f"storage URL {url!r} names no database file; "
+            "use sqlite:///relative/path.db or sqlite:////absolute/path.db"
+        )
     if not location.startswith("/"):
         raise ConfigurationError(
             f"storage URL {url!r} names a host ({location.split('/')[0]!r}); SQLite URLs have "

@@ -72,11 +72,13 @@ class MemoryStorage:
         return [(key, values[key]) for key in keys]
 
     async def batch(self, ops: Sequence[Op]) -> None:
+        ops = tuple(ops)  # what was checked is what gets applied after the yield
         _check_ops(ops)
         await self._enter()
         self._apply(ops)
 
     async def conditional_batch(self, conditions: Sequence[Expect], ops: Sequence[Op]) -> bool:
+        conditions, ops = tuple(conditions), tuple(ops)
         _check_ops(ops)
         await self._enter()
         values = self._values

@@ -15,6 +15,7 @@ loop, not one per batch, to keep wake-ups of the loop to a minimum.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import queue
 import sqlite3
@@ -28,7 +29,9 @@ from pyweft.storage.base import Delete, Expect, Op, Put, StorageCapabilities, pr
 
 # --- SQL: every statement this adapter runs ------------------------------------
 
-_SQL_SCHEMA = "CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID"
+_SQL_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID"
+)
 _SQL_GET = "SELECT value FROM kv WHERE key = ?"
 _SQL_PUT = "INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)"
 _SQL_DELETE = "DELETE FROM kv WHERE key = ?"
@@ -126,15 +129,20 @@ def _settle(pairs: list[tuple[asyncio.Future[Any], object]]) -> None:
 
 def _deliver(jobs: Sequence[_Job], outcomes: Sequence[object]) -> None:
     """Hand outcomes back with one thread-safe call per event loop involved."""
+    if len(jobs) == 1:  # the common case of a lone sequential caller
+        job = jobs[0]
+        if job.loop is not None and job.future is not None:
+            with contextlib.suppress(RuntimeError):
+                job.loop.call_soon_threadsafe(_settle, [(job.future, outcomes[0])])
+        return
     by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], object]]] = {}
     for job, outcome in zip(jobs, outcomes, strict=True):
         if job.loop is not None and job.future is not None:
             by_loop.setdefault(job.loop, []).append((job.future, outcome))
     for loop, pairs in by_loop.items():
-        try:
+        # A closed loop raises RuntimeError; nobody can be awaiting its futures then.
+        with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(_settle, pairs)
-        except RuntimeError:  # the loop is closed, so nobody awaits these futures
-            pass
 
 
 class _Worker(Generic[J]):
@@ -183,21 +191,21 @@ class _Worker(Generic[J]):
             ready.set_exception(exc)
             return
         ready.set_result(None)
-        get, get_nowait, run_group = self._queue.get, self._queue.get_nowait, self._run_group
+        get, get_nowait, empty = self._queue.get, self._queue.get_nowait, self._queue.empty
+        run_group = self._run_group
         stop: _Stop | None = None
         try:
             while stop is None:
                 item = get()
                 group: list[J] = []
-                while True:
+                while True:  # drain: everything queued meanwhile joins this group
                     if isinstance(item, _Stop):
                         stop = item
                         break
                     group.append(item)
-                    try:
-                        item = get_nowait()
-                    except queue.Empty:
+                    if empty():  # this thread is the only consumer, so no race
                         break
+                    item = get_nowait()
                 if group:
                     _deliver(group, run_group(conn, group))
         finally:
@@ -257,6 +265,7 @@ class SQLiteStorage:
         )
         self._closed = False
         self._close_task: asyncio.Future[None] | None = None
+        self._transactions = 0  # committed by the writer; lets tests observe grouping
         # The writer goes first: it switches the file to WAL and creates the table.
         self._writer: _Worker[_WriteJob] = self._start_worker(
             "pyweft-sqlite-writer", self._connect_writer, self._run_writes
@@ -350,8 +359,10 @@ class SQLiteStorage:
         return await future
 
     async def _write(self, conditions: Sequence[Expect], ops: Sequence[Op]) -> bool:
-        # Validate here, on the caller's side: a malformed op reaching the writer
-        # would fail every other batch of its group along with its own.
+        # Copy, so a caller mutating its list while the batch waits in the queue
+        # cannot change it; validate here, because a malformed op reaching the
+        # writer would fail every other batch of its group along with its own.
+        conditions, ops = tuple(conditions), tuple(ops)
         _check_ops(ops)
         self._raise_if_closed()
         loop = asyncio.get_running_loop()
@@ -450,11 +461,11 @@ class SQLiteStorage:
                             execute(_SQL_DELETE, (op.key,))
                 outcomes.append(held)
             execute(_SQL_COMMIT)
+            self._transactions += 1
         except Exception as exc:
-            try:
+            # If the rollback fails too, the original error is the one worth reporting.
+            with contextlib.suppress(sqlite3.Error):
                 conn.rollback()
-            except sqlite3.Error:
-                pass  # the original error is the one worth reporting
             return [self._failure(exc, "commit", rolled_back=len(jobs)) for _ in jobs]
         finally:
             cur.close()
