@@ -1,13 +1,29 @@
-"""Helpers for testing code built on pyweft, and for testing pyweft adapters."""
+"""Helpers for testing code built on pyweft, and for testing pyweft adapters.
+
+``StorageConformance`` needs pytest and is imported on first use, so the rest
+of this package works without pytest installed.
+"""
 
 from __future__ import annotations
 
-import pytest
+from typing import TYPE_CHECKING, Any
 
-# The conformance suite asserts from inside this package; let pytest rewrite
-# those asserts so a failure shows the values involved, as in a test module.
-pytest.register_assert_rewrite("pyweft.testing.conformance")
+from pyweft.clock import VirtualClock
 
-from pyweft.testing.conformance import StorageConformance  # noqa: E402
+if TYPE_CHECKING:
+    from pyweft.testing.conformance import StorageConformance
 
-__all__ = ["StorageConformance"]
+__all__ = ["StorageConformance", "VirtualClock"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "StorageConformance":
+        import pytest
+
+        # The suite asserts from inside this package; let pytest rewrite those
+        # asserts so a failure shows the values involved, as in a test module.
+        pytest.register_assert_rewrite("pyweft.testing.conformance")
+        from pyweft.testing.conformance import StorageConformance
+
+        return StorageConformance
+    raise AttributeError(f"module 'pyweft.testing' has no attribute {name!r}")
