@@ -12,10 +12,14 @@ from pyweft.clock import Clock, SystemClock, VirtualClock
 from pyweft.codec import DefaultPayloadCodec, PayloadCodec
 from pyweft.definitions import RetryPolicy, activity, workflow
 from pyweft.engine.context import WorkflowContext
+from pyweft.engine.events import WorkflowEvent
 from pyweft.engine.engine import Engine
 from pyweft.engine.handle import WorkflowHandle
 from pyweft.engine.info import Page, StepInfo, WorkflowInfo
 from pyweft.engine.records import ErrorInfo
+from pyweft.engine.reviews import Escalation, ReviewDecision, ReviewInfo
+from pyweft.engine.updates import UpdateRequestHandle
+from pyweft.engine.visibility import History, HistoryEvent
 from pyweft.errors import (
     ActivityError,
     ActivityNotRegisteredError,
@@ -28,16 +32,29 @@ from pyweft.errors import (
     NonDeterminismError,
     PayloadError,
     PyweftError,
+    QueryNotFoundError,
+    QueryUnavailableError,
     ResultTimeoutError,
+    ReviewAlreadyDecidedError,
+    ReviewNotFoundError,
+    ReviewTimeoutError,
     SchemaVersionError,
     StorageCapabilityError,
     StorageClosedError,
     StorageError,
+    UpdateFailedError,
+    UpdateNotFoundError,
+    UpdateRejectedError,
+    UpdateTimeoutError,
+    WaitTimeoutError,
     WorkflowAlreadyExistsError,
     WorkflowCancelledError,
     WorkflowFailedError,
     WorkflowNotFoundError,
     WorkflowNotRegisteredError,
+    WorkflowTerminalError,
+    WorkflowTimeoutError,
+    WorkflowUsageError,
 )
 from pyweft.storage import MemoryStorage, SQLiteStorage, Storage, open_storage
 
@@ -55,8 +72,15 @@ __all__ = [
     # running it
     "Engine",
     "WorkflowHandle",
+    "Escalation",
     # what you get back
     "ErrorInfo",
+    "History",
+    "HistoryEvent",
+    "ReviewDecision",
+    "ReviewInfo",
+    "UpdateRequestHandle",
+    "WorkflowEvent",
     "Page",
     "StepInfo",
     "WorkflowInfo",
@@ -82,15 +106,28 @@ __all__ = [
     "NonDeterminismError",
     "PayloadError",
     "PyweftError",
+    "QueryNotFoundError",
+    "QueryUnavailableError",
     "ResultTimeoutError",
+    "ReviewAlreadyDecidedError",
+    "ReviewNotFoundError",
+    "ReviewTimeoutError",
     "SchemaVersionError",
     "StorageCapabilityError",
     "StorageClosedError",
     "StorageError",
+    "UpdateFailedError",
+    "UpdateNotFoundError",
+    "UpdateRejectedError",
+    "UpdateTimeoutError",
+    "WaitTimeoutError",
     "WorkflowAlreadyExistsError",
     "WorkflowCancelledError",
     "WorkflowFailedError",
     "WorkflowNotFoundError",
     "WorkflowNotRegisteredError",
+    "WorkflowTerminalError",
+    "WorkflowTimeoutError",
+    "WorkflowUsageError",
     "__version__",
 ]

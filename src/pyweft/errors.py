@@ -123,6 +123,116 @@ class NonDeterminismError(PyweftError):
         self.step = step
 
 
+class WorkflowTerminalError(PyweftError):
+    """The run already finished, so it cannot take a signal, query or update."""
+
+    def __init__(self, message: str, *, workflow_id: str, status: str) -> None:
+        super().__init__(message)
+        self.workflow_id = workflow_id
+        self.status = status
+
+
+class WorkflowTimeoutError(PyweftError, TimeoutError):
+    """``result()`` of a run that overran its ``execution_timeout``."""
+
+    def __init__(self, message: str, *, workflow_id: str) -> None:
+        super().__init__(message)
+        self.workflow_id = workflow_id
+
+
+class WorkflowUsageError(PyweftError):
+    """Workflow code used the context in an unsupported way (e.g. ``wait_until`` in a branch)."""
+
+
+class WaitTimeoutError(PyweftError, TimeoutError):
+    """A ``wait_for_signal`` or ``wait_for_update`` inside a workflow ran out of time."""
+
+    def __init__(self, message: str, *, workflow_id: str, step: int) -> None:
+        super().__init__(message)
+        self.workflow_id = workflow_id
+        self.step = step
+
+
+class QueryNotFoundError(PyweftError, LookupError):
+    """The run has no query handler with this name."""
+
+    def __init__(self, message: str, *, workflow_id: str, query: str) -> None:
+        super().__init__(message)
+        self.workflow_id = workflow_id
+        self.query = query
+
+
+class QueryUnavailableError(PyweftError):
+    """The run is not live in this engine (suspended, pending, or driven elsewhere)."""
+
+    def __init__(self, message: str, *, workflow_id: str) -> None:
+        super().__init__(message)
+        self.workflow_id = workflow_id
+
+
+class UpdateRejectedError(PyweftError):
+    """The update's validator rejected it; nothing was written."""
+
+    def __init__(self, message: str, *, workflow_id: str, update: str) -> None:
+        super().__init__(message)
+        self.workflow_id = workflow_id
+        self.update = update
+
+
+class UpdateFailedError(PyweftError):
+    """The update handler raised; the error type and message are preserved."""
+
+    def __init__(
+        self, message: str, *, update_id: str, error_type: str, error_message: str
+    ) -> None:
+        super().__init__(message)
+        self.update_id = update_id
+        self.error_type = error_type
+        self.error_message = error_message
+
+
+class UpdateTimeoutError(PyweftError, TimeoutError):
+    """No answer within ``timeout``. The update stays queued; fetch it later by ``update_id``."""
+
+    def __init__(self, message: str, *, workflow_id: str, update_id: str) -> None:
+        super().__init__(message)
+        self.workflow_id = workflow_id
+        self.update_id = update_id
+
+
+class UpdateNotFoundError(PyweftError, LookupError):
+    """No update with this id is known (never sent, or its response expired)."""
+
+    def __init__(self, message: str, *, update_id: str) -> None:
+        super().__init__(message)
+        self.update_id = update_id
+
+
+class ReviewNotFoundError(PyweftError, LookupError):
+    """No review with this id exists."""
+
+    def __init__(self, message: str, *, review_id: str) -> None:
+        super().__init__(message)
+        self.review_id = review_id
+
+
+class ReviewAlreadyDecidedError(PyweftError):
+    """The review already has a decision (or expired); a second one is refused."""
+
+    def __init__(self, message: str, *, review_id: str, status: str) -> None:
+        super().__init__(message)
+        self.review_id = review_id
+        self.status = status
+
+
+class ReviewTimeoutError(PyweftError, TimeoutError):
+    """``ctx.review(..., timeout=...)`` ran out before anyone decided."""
+
+    def __init__(self, message: str, *, review_id: str) -> None:
+        super().__init__(message)
+        self.review_id = review_id
+
+
 class EngineClosedError(PyweftError, RuntimeError):
     """The engine is not running (not entered yet, or already shut down)."""
 
@@ -194,14 +304,27 @@ __all__ = [
     "NonDeterminismError",
     "PayloadError",
     "PyweftError",
+    "QueryNotFoundError",
+    "QueryUnavailableError",
     "ResultTimeoutError",
+    "ReviewAlreadyDecidedError",
+    "ReviewNotFoundError",
+    "ReviewTimeoutError",
     "SchemaVersionError",
     "StorageCapabilityError",
     "StorageClosedError",
     "StorageError",
+    "UpdateFailedError",
+    "UpdateNotFoundError",
+    "UpdateRejectedError",
+    "UpdateTimeoutError",
+    "WaitTimeoutError",
     "WorkflowAlreadyExistsError",
     "WorkflowCancelledError",
     "WorkflowFailedError",
     "WorkflowNotFoundError",
     "WorkflowNotRegisteredError",
+    "WorkflowTerminalError",
+    "WorkflowTimeoutError",
+    "WorkflowUsageError",
 ]

@@ -14,7 +14,8 @@ EXPECTED = {
     "RetryPolicy", "WorkflowContext", "activity", "workflow", "Engine", "WorkflowHandle",
     "ErrorInfo", "Page", "StepInfo", "WorkflowInfo", "Clock", "DefaultPayloadCodec",
     "MemoryStorage", "PayloadCodec", "SQLiteStorage", "Storage", "SystemClock", "VirtualClock",
-    "open_storage", "__version__",
+    "open_storage", "__version__", "Escalation", "History", "HistoryEvent", "ReviewDecision",
+    "ReviewInfo", "UpdateRequestHandle", "WorkflowEvent",
 }  # fmt: skip
 
 

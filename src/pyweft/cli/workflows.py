@@ -28,7 +28,7 @@ async def _list(
 
 async def _show(db: str | None, workflow_id: str) -> tuple[WorkflowInfo, list[StepInfo]]:
     async with Engine(db, recover=False) as engine:
-        return await engine.describe(workflow_id), await engine.history(workflow_id)
+        return await engine.describe(workflow_id), (await engine.history(workflow_id)).steps
 
 
 @app.command("list")

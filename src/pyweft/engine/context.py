@@ -7,15 +7,19 @@ with ``asyncio.gather``) get deterministic numbers in call order.
 
 from __future__ import annotations
 
+import inspect
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
 from typing import Any, TypeVar, overload
 
 from pyweft.definitions import ActivityDefinition, Duration, RetryPolicy, activity_definition_of
 from pyweft.durations import parse_duration, parse_optional_duration
+from pyweft.engine import activities, conditions, reviews, signals, timers, updates
+from pyweft.engine.reviews import Escalation, ReviewDecision
 from pyweft.engine.run import Run
-from pyweft.errors import ActivityNotRegisteredError, InvalidDurationError
+from pyweft.engine.updates import UpdateRequestHandle
+from pyweft.errors import ActivityNotRegisteredError, DefinitionError, InvalidDurationError
 
 T = TypeVar("T")
 
@@ -108,7 +112,8 @@ class WorkflowContext:
         """
         act = self._resolve(activity)
         step = self._run.alloc_step()
-        return self._run.activity(
+        return activities.run_activity(
+            self._run,
             step,
             act,
             args,
@@ -140,7 +145,7 @@ class WorkflowContext:
     def sleep(self, duration: Duration) -> Awaitable[None]:
         """Sleep durably: survives restarts and keeps its original deadline."""
         seconds = parse_duration(duration, field="sleep duration")
-        return self._run.sleep_until(self._run.alloc_step(), None, seconds)
+        return timers.sleep_until(self._run, self._run.alloc_step(), None, seconds)
 
     def sleep_until(self, when: datetime | float) -> Awaitable[None]:
         """Sleep durably until an absolute time (aware ``datetime`` or epoch seconds)."""
@@ -157,4 +162,99 @@ class WorkflowContext:
             raise InvalidDurationError(
                 f"sleep_until expects an aware datetime or epoch seconds, got {when!r}"
             )
-        return self._run.sleep_until(self._run.alloc_step(), deadline, 0.0)
+        return timers.sleep_until(self._run, self._run.alloc_step(), deadline, 0.0)
+
+    # --- messages ---------------------------------------------------------------------
+
+    def wait_for_signal(self, name: str, *, timeout: Duration | None = None) -> Awaitable[Any]:
+        """Wait for the next ``name`` signal and return its payload (one durable step).
+
+        Signals sent before the wait are buffered and consumed in arrival order.
+        Raises :class:`~pyweft.WaitTimeoutError` when ``timeout`` passes first.
+        """
+        signals.check_name(name, "signal")
+        seconds = parse_optional_duration(timeout, field="timeout")
+        return signals.wait_for_signal(self._run, self._run.alloc_step(), name, seconds)
+
+    def on_query(self, name: str, fn: Callable[..., Any] | None = None) -> Callable[..., Any]:
+        """Answer ``engine.query(id, name, *args)`` with ``fn(*args)`` from live state.
+
+        Use as ``ctx.on_query("status", lambda: state)`` or as a decorator:
+        ``@ctx.on_query("status")``. Query handlers must not change state.
+        """
+        signals.check_name(name, "query")
+
+        def register(f: Callable[..., Any]) -> Callable[..., Any]:
+            if not callable(f) or inspect.iscoroutinefunction(f):
+                raise DefinitionError(f"query handler {name!r} must be a plain function")
+            self._run.query_handlers[name] = f
+            return f
+
+        return register(fn) if fn is not None else register
+
+    def on_update(
+        self,
+        name: str,
+        handler: Callable[..., Any] | None = None,
+        *,
+        validator: Callable[..., Any] | None = None,
+    ) -> Callable[..., Any]:
+        """Handle ``engine.update(id, name, payload)``: ``handler(payload)`` returns the answer.
+
+        The handler runs between steps and may change workflow state; its
+        application is recorded so replay rebuilds the same state. A
+        ``validator`` that raises rejects the update before anything is written.
+        Usable as a decorator: ``@ctx.on_update("add")``.
+        """
+        signals.check_name(name, "update")
+
+        def register(f: Callable[..., Any]) -> Callable[..., Any]:
+            self._run.update_handlers[name] = updates.make_handler(name, f, validator)
+            self._run.updates_dirty = True
+            return f
+
+        return register(handler) if handler is not None else register
+
+    def wait_for_update(
+        self, name: str, *, timeout: Duration | None = None
+    ) -> Awaitable[UpdateRequestHandle]:
+        """Wait for the next ``name`` update; answer it with ``request.respond(value)``."""
+        signals.check_name(name, "update")
+        seconds = parse_optional_duration(timeout, field="timeout")
+        return updates.wait_for_update(self._run, self._run.alloc_step(), name, seconds)
+
+    def wait_until(
+        self, predicate: Callable[[], object], *, timeout: Duration | None = None
+    ) -> Awaitable[bool]:
+        """Wait until ``predicate()`` is true (one durable step); False on timeout.
+
+        Re-evaluated whenever an update is applied, a signal arrives or a
+        review is decided. Must be awaited by the workflow itself, not in a
+        branch.
+        """
+        seconds = parse_optional_duration(timeout, field="timeout")
+        return conditions.wait_until(self._run, self._run.alloc_step(), predicate, seconds)
+
+    def review(
+        self,
+        artifact: Any,
+        *,
+        review_type: str = "general",
+        reviewers: Iterable[str] = (),
+        timeout: Duration | None = None,
+        escalation: Iterable[Escalation | dict[str, Any]] = (),
+    ) -> Awaitable[ReviewDecision]:
+        """Ask people for a decision on ``artifact`` and wait for it (one durable step).
+
+        Decide with ``engine.submit_review(review_id, decision=...)``. Raises
+        :class:`~pyweft.ReviewTimeoutError` if ``timeout`` passes first.
+        ``escalation`` steps (``{"after": "1h", "to": [...]}`` or
+        ``{"after": "1d", "action": "auto-approve"}``) reassign or decide.
+        """
+        signals.check_name(review_type, "review type")
+        people = [str(r) for r in reviewers]
+        seconds = parse_optional_duration(timeout, field="timeout")
+        steps = tuple(Escalation.parse(e) for e in escalation)
+        return reviews.review_step(
+            self._run, self._run.alloc_step(), artifact, review_type, people, seconds, steps
+        )

@@ -7,14 +7,15 @@ import builtins
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal
 
 import msgspec
 
-from pyweft.clock import Clock, SystemClock
+from pyweft.clock import Clock, SystemClock, TimerHandle
 from pyweft.codec import DefaultPayloadCodec, PayloadCodec, encode_args, payload_size_error
 from pyweft.definitions import (
     ActivityDefinition,
@@ -23,28 +24,36 @@ from pyweft.definitions import (
     workflow,
     workflow_definition_of,
 )
-from pyweft.engine import keys, records
+from pyweft.durations import parse_optional_duration
+from pyweft.engine import keys, lifecycle, records
 from pyweft.engine.commit import Committer
 from pyweft.engine.context import WorkflowContext
+from pyweft.engine.events import EventBus, WorkflowEvent
 from pyweft.engine.handle import WorkflowHandle
-from pyweft.engine.info import Page, StepInfo, WorkflowInfo
+from pyweft.engine.info import Page, WorkflowInfo, to_datetime
 from pyweft.engine.records import TERMINAL_STATUSES, WorkflowState
-from pyweft.engine.recovery import load_run, running_ids
-from pyweft.engine.run import Run, RunServices
-from pyweft.engine.visibility import Visibility, outcome_of
+from pyweft.engine.recovery import ids_with_status, load_run
+from pyweft.engine.reviews import ReviewDesk, ReviewInfo
+from pyweft.engine.run import Run, RunServices, status_change_ops
+from pyweft.engine.signals import SignalSender
+from pyweft.engine.updates import OMITTED, UpdateClient
+from pyweft.engine.visibility import History, Visibility, outcome_of
 from pyweft.errors import (
     ConfigurationError,
     DefinitionError,
     EngineClosedError,
     InvalidArgumentError,
+    QueryNotFoundError,
+    QueryUnavailableError,
     ResultTimeoutError,
     SchemaVersionError,
     StorageCapabilityError,
     WorkflowAlreadyExistsError,
     WorkflowNotFoundError,
     WorkflowNotRegisteredError,
+    WorkflowTerminalError,
 )
-from pyweft.storage.base import Delete, Expect, Op, Put, Storage
+from pyweft.storage.base import Expect, Op, Put, Storage
 from pyweft.storage.factory import open_storage
 
 log = logging.getLogger("pyweft.engine")
@@ -74,6 +83,7 @@ class Engine:
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         activity_threads: int = 32,
         sqlite_synchronous: Literal["FULL", "NORMAL"] = "FULL",
+        poll_interval: float = 1.0,
     ) -> None:
         if type(max_payload_bytes) is not int or max_payload_bytes < 1:
             raise ConfigurationError(
@@ -110,6 +120,16 @@ class Engine:
         self._runs: dict[str, Run] = {}
         self._loading: dict[str, asyncio.Task[None]] = {}
         self._state: Literal["new", "open", "closed"] = "new"
+        if not isinstance(poll_interval, int | float) or not 0 < poll_interval <= 60:
+            raise ConfigurationError(
+                f"poll_interval must be a number of seconds in (0, 60], got {poll_interval!r}"
+            )
+        self._poll_interval = float(poll_interval)
+        self._events = EventBus()
+        self._pending_timers: dict[str, TimerHandle] = {}
+        self._signals: SignalSender | None = None
+        self._updates: UpdateClient | None = None
+        self._reviews: ReviewDesk | None = None
         self.schema_version: int | None = None
         """The store's schema version, known once the engine is open."""
         self.store_was_new = False
@@ -183,13 +203,20 @@ class Engine:
             max_workers=self._activity_threads, thread_name_prefix="pyweft-activity"
         )
         self._services = RunServices(
+            storage=self._storage,
             committer=self._committer,
             clock=self.clock,
             codec=self.codec,
             executor=self._executor,
             activities=self._activities,
             max_payload_bytes=self.max_payload_bytes,
+            events=self._events,
+            poll_interval=self._poll_interval,
         )
+        self._signals = SignalSender(self._services, self._runs)
+        self._updates = UpdateClient(self._services, self._runs)
+        self._services.on_update_response = self._updates.on_response
+        self._reviews = ReviewDesk(self._services, self._runs)
         self._state = "open"
         if self._recover:
             await self.recover_all()
@@ -219,6 +246,10 @@ class Engine:
         if self._state == "closed":
             return
         self._state = "closed"
+        for timer in self._pending_timers.values():
+            timer.cancel()
+        self._pending_timers.clear()
+        self._events.close()
         for task in list(self._loading.values()):
             task.cancel()
         runs = list(self._runs.values())
@@ -264,6 +295,9 @@ class Engine:
         id: str | None = None,
         idempotency_key: str | None = None,
         on_conflict: Literal["fail", "use_existing"] = "fail",
+        execution_timeout: Any = None,
+        start_delay: Any = None,
+        start_at: datetime | float | None = None,
     ) -> WorkflowHandle:
         """Create a run and start driving it. Returns once the run is durably stored.
 
@@ -271,8 +305,37 @@ class Engine:
         ``id`` raises :class:`WorkflowAlreadyExistsError` (``on_conflict="fail"``)
         or returns the existing run's handle (``"use_existing"``). With
         ``idempotency_key``, the first call creates the run and every later call
-        with that key returns the same run.
+        with that key returns the same run. ``execution_timeout`` ends an
+        overrunning run as ``timed_out``. ``start_delay`` / ``start_at`` create
+        a ``pending`` run that starts later (and survives restarts).
         """
+        return (
+            await self._create(
+                wf,
+                args,
+                id=id,
+                idempotency_key=idempotency_key,
+                on_conflict=on_conflict,
+                execution_timeout=execution_timeout,
+                start_delay=start_delay,
+                start_at=start_at,
+            )
+        )[0]
+
+    async def _create(
+        self,
+        wf: Callable[..., Any] | str,
+        args: tuple[Any, ...],
+        *,
+        id: str | None,
+        idempotency_key: str | None = None,
+        on_conflict: str = "fail",
+        execution_timeout: Any = None,
+        start_delay: Any = None,
+        start_at: datetime | float | None = None,
+        first_signal: tuple[str, object, str | None] | None = None,
+    ) -> tuple[WorkflowHandle, bool]:
+        """Build and commit a run's create batch. Returns (handle, created)."""
         services = self._services_or_raise()
         definition = self._definition(wf)
         if on_conflict not in ("fail", "use_existing"):
@@ -293,32 +356,93 @@ class Engine:
                 len(payload), self.max_payload_bytes, what=f"arguments of {definition.name!r}"
             )
         now = self.clock.now()
+        timeout_s = parse_optional_duration(execution_timeout, field="execution_timeout")
+        begin = _start_time(now, start_delay, start_at)
+        status = "pending" if begin is not None and begin > now else "running"
         state = WorkflowState(
             id=workflow_id,
             type=definition.name,
             version=definition.version,
-            status="running",
+            status=status,
             args=payload,
             created_at=now,
             updated_at=now,
             idempotency_key=idempotency_key,
+            start_at=begin if status == "pending" else None,
+            deadline=None if timeout_s is None else max(now, begin or now) + timeout_s,
         )
         raw = records.encode(state)
         ops: list[Op] = [Put(key=keys.wf(workflow_id), value=raw)]
         ops += [
             Put(key=k, value=b"")
-            for k in keys.index_keys(workflow_id, definition.name, "running", now)
+            for k in keys.index_keys(workflow_id, definition.name, status, now)
         ]
         conditions = [Expect(key=keys.wf(workflow_id), value=None)]
         if idempotency_key is not None:
             idem = keys.idempotency(idempotency_key)
             ops.append(Put(key=idem, value=workflow_id.encode()))
             conditions.append(Expect(key=idem, value=None))
+        if first_signal is not None:
+            assert self._signals is not None
+            name, signal_payload, signal_id = first_signal
+            data = self._signals.encode(signal_payload)
+            signal_ops, signal_conds = self._signals.start_ops(
+                workflow_id, name, data, signal_id, now
+            )
+            ops += signal_ops
+            conditions += signal_conds
         if not await self._committer.commit(ops, conditions):
-            return await self._start_conflict(workflow_id, idempotency_key, on_conflict)
-        run = Run(services, definition, state, raw, {}, {})
-        self._launch(run)
-        return WorkflowHandle(self, workflow_id)
+            if first_signal is not None:
+                return WorkflowHandle(self, workflow_id), False
+            handle = await self._start_conflict(workflow_id, idempotency_key, on_conflict)
+            return handle, False
+        self._emit("started", state)
+        if status == "pending":
+            self._arm_pending(state)
+        else:
+            self._launch(Run(services, definition, state, raw, {}, {}))
+        return WorkflowHandle(self, workflow_id), True
+
+    def _emit(self, kind: Any, state: WorkflowState, **data: Any) -> None:
+        if self._events.active:
+            self._events.emit(
+                WorkflowEvent(
+                    kind=kind,
+                    workflow_id=state.id,
+                    workflow_type=state.type,
+                    at=to_datetime(self.clock.now()),
+                    data=data,
+                )
+            )
+
+    def _arm_pending(self, state: WorkflowState) -> None:
+        """Start a ``pending`` run when its start time comes."""
+        old = self._pending_timers.pop(state.id, None)
+        if old is not None:
+            old.cancel()
+
+        def due() -> None:
+            self._pending_timers.pop(state.id, None)
+            if self._state == "open":
+                asyncio.get_running_loop().create_task(self._begin_pending(state.id))
+
+        self._pending_timers[state.id] = self.clock.call_at(state.start_at or 0.0, due)
+
+    async def _begin_pending(self, workflow_id: str) -> None:
+        try:
+            new, _ = await lifecycle.transition(
+                self._storage,
+                self._committer,
+                workflow_id,
+                frozenset({"pending"}),
+                self.clock.now(),
+                status="running",
+                start_at=None,
+            )
+            if new is not None and workflow_id not in self._runs:
+                await self._resume_run(workflow_id)
+        except Exception:
+            log.exception("could not start pending run %s", workflow_id)
 
     async def _start_conflict(
         self, workflow_id: str, idempotency_key: str | None, on_conflict: str
@@ -407,7 +531,8 @@ class Engine:
     async def cancel(self, workflow_id: str) -> None:
         """Ask a run to stop. The workflow sees ``asyncio.CancelledError`` at its current step.
 
-        Cancelling a finished run does nothing.
+        Works for running, pending and suspended runs; cancelling a finished
+        run does nothing.
         """
         self._services_or_raise()
         await self._settled(workflow_id)
@@ -415,20 +540,242 @@ class Engine:
         if run is not None:
             await run.request_cancel()
             return
-        raw, state = await self.visibility.state_raw(workflow_id)
-        if state.status in TERMINAL_STATUSES:
-            return
-        # Nobody drives this run here: end it directly.
-        new = msgspec.structs.replace(
-            state, status="cancelled", cancel_requested=True, updated_at=self.clock.now()
+        timer = self._pending_timers.pop(workflow_id, None)
+        if timer is not None:
+            timer.cancel()
+        new, _ = await lifecycle.transition(
+            self._storage,
+            self._committer,
+            workflow_id,
+            frozenset({"pending", "running", "suspended"}),
+            self.clock.now(),
+            status="cancelled",
+            cancel_requested=True,
         )
-        ops: list[Op] = [Put(key=keys.wf(workflow_id), value=records.encode(new))]
-        for k in keys.status_index_keys(state.id, state.type, state.status, state.created_at):
-            ops.append(Delete(key=k))
-        for k in keys.status_index_keys(state.id, state.type, "cancelled", state.created_at):
-            ops.append(Put(key=k, value=b""))
-        if not await self._committer.commit(ops, [Expect(key=keys.wf(workflow_id), value=raw)]):
-            await self.cancel(workflow_id)  # it changed under us; look again
+        if new is not None:
+            self._emit("cancelled", new)
+
+    async def suspend(self, workflow_id: str) -> None:
+        """Pause a run: it keeps its journal, is not recovered, and ``result()`` keeps waiting.
+
+        Suspending a suspended or finished run does nothing. ``resume`` continues it.
+        """
+        self._services_or_raise()
+        await self._settled(workflow_id)
+        run = self._runs.get(workflow_id)
+        if run is not None:
+            run.stopping = True
+            try:
+                await run.write_state(
+                    msgspec.structs.replace(
+                        run.state, status="suspended", updated_at=self.clock.now()
+                    ),
+                    status_change_ops(run.state, "suspended"),
+                )
+            except BaseException:
+                run.stopping = False
+                raise
+            if run.task is not None:
+                run.task.cancel()
+                await asyncio.gather(run.task, return_exceptions=True)
+            self._emit("suspended", run.state)
+            return
+        timer = self._pending_timers.pop(workflow_id, None)
+        if timer is not None:
+            timer.cancel()
+        new, _ = await lifecycle.transition(
+            self._storage,
+            self._committer,
+            workflow_id,
+            frozenset({"pending", "running"}),
+            self.clock.now(),
+            status="suspended",
+        )
+        if new is not None:
+            self._emit("suspended", new)
+
+    async def resume(self, workflow_id: str) -> None:
+        """Continue a suspended run here; also re-drives a ``running`` run nobody drives.
+
+        Raises :class:`WorkflowTerminalError` for a finished run and
+        :class:`InvalidArgumentError` for a pending one (it starts on its own).
+        """
+        self._services_or_raise()
+        await self._settled(workflow_id)
+        if workflow_id in self._runs:
+            return
+        new, current = await lifecycle.transition(
+            self._storage,
+            self._committer,
+            workflow_id,
+            frozenset({"suspended"}),
+            self.clock.now(),
+            status="running",
+        )
+        if new is None and current.status in TERMINAL_STATUSES:
+            raise WorkflowTerminalError(
+                f"workflow {workflow_id!r} is {current.status}; it cannot be resumed",
+                workflow_id=workflow_id,
+                status=current.status,
+            )
+        if new is None and current.status == "pending":
+            raise InvalidArgumentError(
+                f"workflow {workflow_id!r} is pending; it starts on its own at its start time"
+            )
+        if new is not None:
+            self._emit("resumed", new)
+        await self._resume_run(workflow_id)
+
+    # --- messages -----------------------------------------------------------------------
+
+    async def signal(
+        self,
+        workflow_id: str,
+        name: str,
+        payload: Any = None,
+        *,
+        signal_id: str | None = None,
+    ) -> None:
+        """Send a signal. Returns once it is durably buffered for the run.
+
+        With ``signal_id``, resending the same (workflow, name, id) is a no-op.
+        Raises :class:`WorkflowNotFoundError` or :class:`WorkflowTerminalError`.
+        """
+        self._services_or_raise()
+        assert self._signals is not None
+        await self._signals.send(workflow_id, name, payload, signal_id)
+
+    async def start_or_signal(
+        self,
+        wf: Callable[..., Any] | str,
+        *args: Any,
+        signal: tuple[str, Any],
+        id: str | None = None,
+        signal_id: str | None = None,
+    ) -> tuple[WorkflowHandle, Literal["started", "signalled"]]:
+        """Start the run with ``signal`` already buffered, or signal it if it exists.
+
+        Creating the run and buffering its first signal is one atomic write;
+        concurrent callers converge on one run.
+        """
+        self._services_or_raise()
+        assert self._signals is not None
+        if not (isinstance(signal, tuple) and len(signal) == 2):
+            raise InvalidArgumentError("signal must be a (name, payload) tuple")
+        name, payload = signal
+        from pyweft.engine.signals import check_name, check_signal_id
+
+        check_name(name, "signal")
+        if signal_id is not None:
+            check_signal_id(signal_id)
+        handle, created = await self._create(
+            wf, args, id=id, first_signal=(name, payload, signal_id)
+        )
+        if created:
+            return handle, "started"
+        try:
+            await self._signals.send(handle.id, name, payload, signal_id)
+        except WorkflowTerminalError:
+            # A racing caller may have started the run with this very signal (R38).
+            if signal_id is not None and await self._storage.get(
+                keys.signal_accepted(handle.id, name, signal_id)
+            ):
+                return handle, "signalled"
+            raise
+        return handle, "signalled"
+
+    async def query(self, workflow_id: str, name: str, *args: Any) -> Any:
+        """Ask a live run a question; its query handler answers from memory. Writes nothing."""
+        self._services_or_raise()
+        await self._settled(workflow_id)
+        run = self._runs.get(workflow_id)
+        if run is None or run.done.done():
+            state = await self.visibility.state(workflow_id)
+            if state.status in TERMINAL_STATUSES:
+                raise WorkflowTerminalError(
+                    f"workflow {workflow_id!r} is {state.status}; queries need a live run",
+                    workflow_id=workflow_id,
+                    status=state.status,
+                )
+            raise QueryUnavailableError(
+                f"workflow {workflow_id!r} is {state.status} and not driven by this engine; "
+                "query the engine that runs it, or resume it here",
+                workflow_id=workflow_id,
+            )
+        handler = run.query_handlers.get(name)
+        if handler is None:
+            known = ", ".join(sorted(run.query_handlers)) or "none"
+            raise QueryNotFoundError(
+                f"workflow {workflow_id!r} has no query {name!r} (it has: {known})",
+                workflow_id=workflow_id,
+                query=name,
+            )
+        return handler(*args)
+
+    async def update(
+        self,
+        workflow_id: str,
+        name: str,
+        payload: Any = OMITTED,
+        *,
+        timeout: Any = 5.0,
+        idempotency_key: str | None = None,
+    ) -> Any:
+        """Send an update and wait for the workflow's answer.
+
+        The request is persisted, then handled at the run's next step
+        boundary. A validator rejection raises :class:`UpdateRejectedError`
+        before anything is written. The same ``idempotency_key`` returns the
+        stored answer and never applies the update twice. On timeout,
+        :class:`UpdateTimeoutError` carries the ``update_id`` for
+        :meth:`update_result`.
+        """
+        self._services_or_raise()
+        assert self._updates is not None
+        seconds = parse_optional_duration(timeout, field="timeout")
+        return await self._updates.submit(
+            workflow_id, name, payload, seconds if seconds is not None else 5.0, idempotency_key
+        )
+
+    async def update_result(self, update_id: str, *, timeout: Any = None) -> Any:
+        """The answer to an earlier update, waiting up to ``timeout`` for it."""
+        self._services_or_raise()
+        assert self._updates is not None
+        seconds = parse_optional_duration(timeout, field="timeout")
+        return await self._updates.result(update_id, seconds)
+
+    async def submit_review(
+        self,
+        review_id: str,
+        decision: Literal["approved", "rejected", "needs_changes"],
+        *,
+        reviewer: str,
+        feedback: str | None = None,
+    ) -> None:
+        """Decide a pending review. Durable when this returns; a second decision is refused."""
+        self._services_or_raise()
+        assert self._reviews is not None
+        await self._reviews.submit(review_id, decision, reviewer, feedback)
+
+    async def list_reviews(
+        self,
+        *,
+        status: str | None = "pending",
+        workflow_id: str | None = None,
+        review_type: str | None = None,
+    ) -> builtins.list[ReviewInfo]:
+        """Reviews, oldest first (``status=None`` for every status)."""
+        self._services_or_raise()
+        assert self._reviews is not None
+        return await self._reviews.list(status, workflow_id, review_type)
+
+    def events(self, workflow_id: str | None = None) -> AsyncIterator[WorkflowEvent]:
+        """Lifecycle events of every run (or one), from now on, in this process."""
+        return self._events.subscribe(workflow_id)
+
+    def run_events(self, workflow_id: str) -> AsyncIterator[WorkflowEvent]:
+        """One run's events until its terminal event."""
+        return self._events.subscribe(workflow_id, until_terminal=True)
 
     async def _settled(self, workflow_id: str) -> None:
         task = self._loading.get(workflow_id)
@@ -442,36 +789,21 @@ class Engine:
         registered are left untouched (and logged) so a deploy that still has
         the code can run them.
         """
-        services = self._services_or_raise()
         started = time.perf_counter()
-        ids = [i for i in await running_ids(self._storage) if i not in self._runs]
+        self._services_or_raise()
+        for workflow_id in await ids_with_status(self._storage, "pending"):
+            if workflow_id not in self._pending_timers:
+                state = await self.visibility.state(workflow_id)
+                if state.status == "pending" and state.type in self._workflows:
+                    self._arm_pending(state)
+        ids = [i for i in await ids_with_status(self._storage, "running") if i not in self._runs]
         resumed = 0
 
         async def resume(workflow_id: str) -> None:
             nonlocal resumed
             try:
-                loaded = await load_run(self._storage, workflow_id)
-                if loaded is None or loaded.state.status != "running":
-                    return
-                definition = self._workflows.get(loaded.state.type)
-                if definition is None:
-                    log.warning(
-                        "run %s has workflow type %r, which is not registered; leaving it for "
-                        "an engine that has it",
-                        workflow_id,
-                        loaded.state.type,
-                    )
-                    return
-                run = Run(
-                    services,
-                    definition,
-                    loaded.state,
-                    loaded.state_raw,
-                    loaded.journal,
-                    loaded.pendings,
-                )
-                self._launch(run)
-                resumed += 1
+                if await self._resume_run(workflow_id):
+                    resumed += 1
             finally:
                 self._loading.pop(workflow_id, None)
 
@@ -485,6 +817,33 @@ class Engine:
                 "recovered %d run(s) in %.1f ms", resumed, (time.perf_counter() - started) * 1e3
             )
         return resumed
+
+    async def _resume_run(self, workflow_id: str) -> bool:
+        """Load a stored ``running`` run and start driving it here. False if it cannot be."""
+        services = self._services_or_raise()
+        loaded = await load_run(self._storage, workflow_id)
+        if loaded is None or loaded.state.status != "running" or workflow_id in self._runs:
+            return False
+        definition = self._workflows.get(loaded.state.type)
+        if definition is None:
+            log.warning(
+                "run %s has workflow type %r, which is not registered; leaving it for "
+                "an engine that has it",
+                workflow_id,
+                loaded.state.type,
+            )
+            return False
+        run = Run(
+            services,
+            definition,
+            loaded.state,
+            loaded.state_raw,
+            loaded.journal,
+            loaded.pendings,
+            loaded.applied,
+        )
+        self._launch(run)
+        return True
 
     # --- inspection -----------------------------------------------------------------------
 
@@ -507,14 +866,31 @@ class Engine:
             status=status, workflow_type=workflow_type, limit=limit, cursor=cursor
         )
 
-    async def history(self, workflow_id: str) -> builtins.list[StepInfo]:
-        """Every committed step of a run in step order, plus steps still open."""
+    async def history(self, workflow_id: str) -> History:
+        """A run's steps (committed and open) and its events, in order."""
         self._services_or_raise()
         return await self.visibility.history(workflow_id)
 
     def is_running_here(self, workflow_id: str) -> bool:
         """True when this engine is currently driving the run."""
         return workflow_id in self._runs
+
+
+def _start_time(now: float, start_delay: Any, start_at: datetime | float | None) -> float | None:
+    if start_delay is not None and start_at is not None:
+        raise InvalidArgumentError("pass start_delay= or start_at=, not both")
+    if start_delay is not None:
+        delay = parse_optional_duration(start_delay, field="start_delay")
+        return None if delay is None else now + delay
+    if start_at is None:
+        return None
+    if isinstance(start_at, datetime):
+        if start_at.tzinfo is None:
+            raise InvalidArgumentError("start_at must be a timezone-aware datetime")
+        return start_at.timestamp()
+    if isinstance(start_at, int | float) and not isinstance(start_at, bool):
+        return float(start_at)
+    raise InvalidArgumentError(f"start_at must be an aware datetime or epoch seconds: {start_at!r}")
 
 
 def _check_id(value: object, what: str) -> str:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from pyweft.durations import parse_optional_duration
-from pyweft.engine.info import StepInfo, WorkflowInfo
+from pyweft.engine.events import WorkflowEvent
+from pyweft.engine.info import WorkflowInfo
+from pyweft.engine.updates import OMITTED
+from pyweft.engine.visibility import History
 
 if TYPE_CHECKING:
     from pyweft.definitions import Duration
@@ -39,5 +43,33 @@ class WorkflowHandle:
     async def cancel(self) -> None:
         await self._engine.cancel(self.id)
 
-    async def history(self) -> list[StepInfo]:
+    async def history(self) -> History:
         return await self._engine.history(self.id)
+
+    async def signal(self, name: str, payload: Any = None, *, signal_id: str | None = None) -> None:
+        await self._engine.signal(self.id, name, payload, signal_id=signal_id)
+
+    async def query(self, name: str, *args: Any) -> Any:
+        return await self._engine.query(self.id, name, *args)
+
+    async def update(
+        self,
+        name: str,
+        payload: Any = OMITTED,
+        *,
+        timeout: Duration = 5.0,
+        idempotency_key: str | None = None,
+    ) -> Any:
+        return await self._engine.update(
+            self.id, name, payload, timeout=timeout, idempotency_key=idempotency_key
+        )
+
+    async def suspend(self) -> None:
+        await self._engine.suspend(self.id)
+
+    async def resume(self) -> None:
+        await self._engine.resume(self.id)
+
+    def events(self) -> AsyncIterator[WorkflowEvent]:
+        """This run's lifecycle events from now until its terminal event (in-process)."""
+        return self._engine.run_events(self.id)

@@ -17,6 +17,16 @@ Layout (``{id}`` is an encoded workflow id):
 ``ix:t:{type}:{created16}:{id}``      runs by type
 ``ix:a:{created16}:{id}``             every run
 ``idem:{key}``                        idempotency key -> workflow id
+``wf:{id}:u:{step10}:{index4}``       an update applied by a handler at a step boundary
+``sig:{id}:{name}:{class1}:{seq16}``  a buffered signal (class 0: start signal, 1: others)
+``sigseq:{id}``                       the run's last signal sequence number
+``sigres:{id}:{name}:{signal_id}``    marker: this signal id was accepted (dedupe)
+``upd:{id}:{ts16}:{update_id}``       an update request not yet handled
+``upr:{update_id}``                   an update's response
+``upk:{id}:{key}``                    update idempotency key -> update id
+``upo:{update_id}``                   update id -> workflow id
+``review:{review_id}``                a human review request and its decision
+``rvix:{status}:{created16}:{review_id}``  reviews by status
 """
 
 from __future__ import annotations
@@ -26,7 +36,10 @@ from urllib.parse import quote, unquote
 SCHEMA_KEY = "meta:schema"
 SCHEMA_VERSION = 1
 
-RESERVED_PREFIXES = ("meta:", "wf:", "ix:", "idem:")
+RESERVED_PREFIXES = (
+    "meta:", "wf:", "ix:", "idem:", "sig:", "sigseq:", "sigres:", "upd:", "upr:", "upk:", "upo:",
+    "review:", "rvix:",
+)  # fmt: skip
 
 
 def enc(part: str) -> str:
@@ -107,3 +120,56 @@ def id_from_index_key(key: str) -> str:
 
 def idempotency(key: str) -> str:
     return "idem:" + enc(key)
+
+
+def applied_update_prefix(workflow_id: str) -> str:
+    return wf(workflow_id) + ":u:"
+
+
+def applied_update(workflow_id: str, boundary: int, index: int) -> str:
+    return f"{wf(workflow_id)}:u:{boundary:010d}:{index:04d}"
+
+
+def signal_prefix(workflow_id: str, name: str | None = None) -> str:
+    base = f"sig:{enc(workflow_id)}:"
+    return base if name is None else f"{base}{enc(name)}:"
+
+
+def signal(workflow_id: str, name: str, seq: int, *, start: bool = False) -> str:
+    return f"{signal_prefix(workflow_id, name)}{0 if start else 1}:{seq:016d}"
+
+
+def signal_seq(workflow_id: str) -> str:
+    return "sigseq:" + enc(workflow_id)
+
+
+def signal_accepted(workflow_id: str, name: str, signal_id: str) -> str:
+    return f"sigres:{enc(workflow_id)}:{enc(name)}:{enc(signal_id)}"
+
+
+def update_prefix(workflow_id: str) -> str:
+    return f"upd:{enc(workflow_id)}:"
+
+
+def update_request(workflow_id: str, created_at: float, update_id: str) -> str:
+    return f"{update_prefix(workflow_id)}{ts16(created_at)}:{enc(update_id)}"
+
+
+def update_response(update_id: str) -> str:
+    return "upr:" + enc(update_id)
+
+
+def update_idempotency(workflow_id: str, key: str) -> str:
+    return f"upk:{enc(workflow_id)}:{enc(key)}"
+
+
+def review(review_id: str) -> str:
+    return "review:" + enc(review_id)
+
+
+def review_index(status: str, created_at: float, review_id: str) -> str:
+    return f"rvix:{status}:{ts16(created_at)}:{enc(review_id)}"
+
+
+def update_owner(update_id: str) -> str:
+    return "upo:" + enc(update_id)

@@ -45,6 +45,8 @@ class WorkflowState(msgspec.Struct, array_like=True):
     error: ErrorInfo | None = None
     cancel_requested: bool = False
     idempotency_key: str | None = None
+    start_at: float | None = None  # a pending run starts then
+    deadline: float | None = None  # execution_timeout: the run is timed out then
 
 
 class StepRecord(msgspec.Struct, array_like=True):
@@ -77,6 +79,7 @@ class PendingStep(msgspec.Struct, array_like=True):
     attempt: int = 0
     first_started_at: float = 0.0
     last_error: ErrorInfo | None = None
+    ref: str | None = None  # e.g. the review id of an open review
 
 
 _enc = msgspec.msgpack.Encoder()
@@ -106,3 +109,80 @@ def error_info(exc: BaseException) -> ErrorInfo:
         message=str(exc),
         code=code if isinstance(code, str) else None,
     )
+
+
+class SignalRecord(msgspec.Struct, array_like=True):
+    """A buffered signal, waiting to be consumed by ``ctx.wait_for_signal``."""
+
+    name: str
+    seq: int
+    payload: bytes
+    sent_at: float
+    signal_id: str | None = None
+
+
+class UpdateRequest(msgspec.Struct, array_like=True):
+    """A persisted update request, waiting for a handler or ``ctx.wait_for_update``."""
+
+    update_id: str
+    name: str
+    payload: bytes | None
+    created_at: float
+    idempotency_key: str | None = None
+
+
+class UpdateResponse(msgspec.Struct, array_like=True):
+    """The answer to an update: ``value`` when ``ok``, else ``error``."""
+
+    update_id: str
+    workflow_id: str
+    ok: bool
+    answered_at: float
+    value: bytes | None = None
+    error: ErrorInfo | None = None
+
+
+class AppliedUpdate(msgspec.Struct, array_like=True):
+    """An update applied by an ``on_update`` handler at a step boundary.
+
+    Replay calls the handler again with the same payload at the same boundary,
+    so the workflow's in-memory state is rebuilt exactly.
+    """
+
+    boundary: int
+    index: int
+    update_id: str
+    name: str
+    payload: bytes | None
+
+
+class ReviewRecord(msgspec.Struct, array_like=True):
+    """A human review request and, once made, its decision."""
+
+    review_id: str
+    workflow_id: str
+    workflow_type: str
+    step: int
+    review_type: str
+    artifact: bytes
+    reviewers: list[str]
+    created_at: float
+    status: str = "pending"  # pending | approved | rejected | needs_changes | expired
+    reviewer: str | None = None
+    feedback: str | None = None
+    decided_at: float | None = None
+    deadline: float | None = None
+    escalation_level: int = 0  # escalation steps already applied
+
+
+_signal_dec = msgspec.msgpack.Decoder(SignalRecord)
+_update_dec = msgspec.msgpack.Decoder(UpdateRequest)
+_response_dec = msgspec.msgpack.Decoder(UpdateResponse)
+_applied_dec = msgspec.msgpack.Decoder(AppliedUpdate)
+_review_dec = msgspec.msgpack.Decoder(ReviewRecord)
+
+decode_signal = _signal_dec.decode
+decode_update = _update_dec.decode
+decode_response = _response_dec.decode
+decode_applied = _applied_dec.decode
+decode_review = _review_dec.decode

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pyweft.engine import keys, records
-from pyweft.engine.records import PendingStep, StepRecord, WorkflowState
+from pyweft.engine.records import AppliedUpdate, PendingStep, StepRecord, WorkflowState
 from pyweft.storage.base import Storage
 
 _PAGE = 1000
@@ -17,11 +17,12 @@ class LoadedRun:
     state_raw: bytes
     journal: dict[int, StepRecord]
     pendings: dict[int, PendingStep]
+    applied: list[AppliedUpdate]
 
 
-async def running_ids(storage: Storage) -> list[str]:
-    """Ids of every run whose status is ``running``, oldest first."""
-    prefix = "ix:s:running:"
+async def ids_with_status(storage: Storage, status: str) -> list[str]:
+    """Ids of every run with ``status``, oldest first."""
+    prefix = f"ix:s:{status}:"
     ids: list[str] = []
     start: str | None = None
     while True:
@@ -39,6 +40,7 @@ async def load_run(storage: Storage, workflow_id: str) -> LoadedRun | None:
     state_raw: bytes | None = None
     journal: dict[int, StepRecord] = {}
     pendings: dict[int, PendingStep] = {}
+    applied: list[AppliedUpdate] = []
     for key, value in rows:
         if key == prefix:
             state_raw = value
@@ -50,6 +52,8 @@ async def load_run(storage: Storage, workflow_id: str) -> LoadedRun | None:
         elif key[len(prefix) : len(prefix) + 3] == ":p:":
             pend = records.decode_pending(value)
             pendings[pend.step] = pend
+        elif key[len(prefix) : len(prefix) + 3] == ":u:":
+            applied.append(records.decode_applied(value))
     if state_raw is None:
         return None
-    return LoadedRun(records.decode_state(state_raw), state_raw, journal, pendings)
+    return LoadedRun(records.decode_state(state_raw), state_raw, journal, pendings, applied)

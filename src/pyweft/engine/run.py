@@ -1,37 +1,46 @@
-"""Drives one workflow run: step numbering, replay from the journal, live steps.
+"""Drives one workflow run: step numbering, replay from the journal, commits, waits.
 
 Recovery re-runs the workflow function from the top. Each durable operation
 takes the next step number when it is *called*; if the journal holds that
 step, its recorded outcome is returned at once (replay), otherwise the step
 runs live and its outcome is committed before the workflow sees it.
+
+The step kinds themselves live in their own modules (``activities``,
+``timers``, ``signals``, ``updates``, ``conditions``, ``reviews``); this
+module is the machinery they share.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
 from pyweft.clock import Clock
 from pyweft.codec import PayloadCodec, decode_args, payload_size_error
-from pyweft.definitions import ActivityDefinition, RetryPolicy, WorkflowDefinition
+from pyweft.definitions import ActivityDefinition, WorkflowDefinition
 from pyweft.engine import keys, records
 from pyweft.engine.commit import Committer
-from pyweft.engine.records import ErrorInfo, PendingStep, StepRecord, WorkflowState
-from pyweft.errors import (
-    ActivityError,
-    ActivityTimeoutError,
-    NonDeterminismError,
-    PayloadError,
-    StorageError,
+from pyweft.engine.events import EventBus, EventKind, WorkflowEvent
+from pyweft.engine.info import to_datetime
+from pyweft.engine.records import (
+    AppliedUpdate,
+    ErrorInfo,
+    PendingStep,
+    StepRecord,
+    UpdateResponse,
+    WorkflowState,
 )
-from pyweft.storage.base import Delete, Expect, Op, Put
+from pyweft.errors import NonDeterminismError, StorageError
+from pyweft.storage.base import Delete, Expect, Op, Put, Storage
+
+if TYPE_CHECKING:
+    from pyweft.engine.updates import UpdateHandler
 
 T = TypeVar("T")
 log = logging.getLogger("pyweft.run")
@@ -41,12 +50,16 @@ log = logging.getLogger("pyweft.run")
 class RunServices:
     """What a run needs from its engine (kept narrow so runs stay testable)."""
 
+    storage: Storage
     committer: Committer
     clock: Clock
     codec: PayloadCodec
     executor: Executor
     activities: dict[str, ActivityDefinition]
     max_payload_bytes: int
+    events: EventBus = field(default_factory=EventBus)
+    poll_interval: float = 1.0
+    on_update_response: Callable[[UpdateResponse], None] = lambda _: None
 
 
 class Superseded(BaseException):
@@ -64,6 +77,7 @@ class Run:
         state_raw: bytes,
         journal: dict[int, StepRecord],
         pendings: dict[int, PendingStep],
+        applied: list[AppliedUpdate] | None = None,
     ) -> None:
         self.services = services
         self.definition = definition
@@ -75,15 +89,29 @@ class Run:
         self.cancel_requested = state.cancel_requested
         # A cancel is raised into the workflow once; cleanup steps after it run normally.
         self.cancel_delivered = False
+        self.terminating: str | None = None  # "timed_out": no more steps may run
         self.stopping = False
         self.fatal: NonDeterminismError | None = None
         self.task: asyncio.Task[None] | None = None
         self.done: asyncio.Future[WorkflowState] = asyncio.get_running_loop().create_future()
+        self.query_handlers: dict[str, Callable[..., Any]] = {}
+        self.update_handlers: dict[str, UpdateHandler] = {}
+        self.updates_dirty = True  # there may be update requests we have not looked at
+        self.signal_cache: dict[str, list[tuple[str, bytes]]] = {}
+        self.signal_synced: set[str] = set()
         self._next_step = 0
         self._live_ops = 0
         self._open_pendings: set[int] = set(pendings)
         self._lock = asyncio.Lock()
+        self.update_lock = asyncio.Lock()
         self._journal_prefix = keys.journal_prefix(state.id)
+        self._changed: list[asyncio.Future[None]] = []
+        self._timeout_handle: Any = None
+        self.recorded_updates: dict[int, list[AppliedUpdate]] = {}
+        self.update_index: dict[int, int] = {}
+        for u in sorted(applied or (), key=lambda u: (u.boundary, u.index)):
+            self.recorded_updates.setdefault(u.boundary, []).append(u)
+            self.update_index[u.boundary] = u.index + 1
 
     # --- step allocation and replay -------------------------------------------------
 
@@ -92,21 +120,35 @@ class Run:
         return self._next_step
 
     @property
+    def steps_allocated(self) -> int:
+        return self._next_step
+
+    @property
     def replaying(self) -> bool:
         """True while the journal still holds steps the code has not reached again."""
         return bool(self.journal)
 
     def replay(self, step: int, kind: str, name: str) -> StepRecord | None:
+        """The recorded outcome of ``step``, after re-applying updates recorded before it."""
+        if self.recorded_updates:
+            self._reapply_updates(step)
         if self.fatal is not None:
             raise self.fatal
         rec = self.journal.pop(step, None)
         if rec is None:
             return None
         if rec.kind != kind or rec.name != name:
-            self._nondeterminism(step, f"{rec.kind} {rec.name!r}", f"{kind} {name!r}")
+            self.nondeterminism(step, f"{rec.kind} {rec.name!r}", f"{kind} {name!r}")
         return rec
 
-    def _nondeterminism(self, step: int, recorded: str, requested: str) -> None:
+    def _reapply_updates(self, step: int) -> None:
+        from pyweft.engine.updates import reapply
+
+        for boundary in sorted(b for b in self.recorded_updates if b <= step):
+            for applied in self.recorded_updates.pop(boundary):
+                reapply(self, applied)
+
+    def nondeterminism(self, step: int, recorded: str, requested: str) -> None:
         self.fatal = NonDeterminismError(
             f"workflow {self.id!r} is not deterministic at step {step}: the journal recorded "
             f"{recorded} but the code now asks for {requested}. Code changes that reorder, add "
@@ -117,15 +159,29 @@ class Run:
         )
         raise self.fatal
 
-    def enter_live(self) -> None:
-        """Called when a step starts running for real: deliver cancellation here."""
+    async def enter_live(self) -> None:
+        """Called when a step starts running for real: cancellation and updates land here."""
         if self.fatal is not None:
             raise self.fatal
+        if self.terminating is not None:
+            raise asyncio.CancelledError()
         if self.cancel_requested and not self.cancel_delivered:
             self.cancel_delivered = True
             raise asyncio.CancelledError()
+        if self.updates_dirty and self.update_handlers:
+            from pyweft.engine.updates import process_updates
 
-    async def live(self, aw: Awaitable[T]) -> T:
+            await process_updates(self)
+
+    def take_pending(self, step: int, kind: str, name: str) -> PendingStep | None:
+        pend = self.pendings.pop(step, None)
+        if pend is not None and (pend.kind != kind or pend.name != name):
+            self.nondeterminism(step, f"an open {pend.kind} {pend.name!r}", f"{kind} {name!r}")
+        return pend
+
+    # --- waiting ----------------------------------------------------------------------
+
+    async def live(self, aw: Any) -> Any:
         """Await a live operation that a cancel request may interrupt."""
         self._live_ops += 1
         try:
@@ -134,6 +190,7 @@ class Run:
             self._live_ops -= 1
 
     def wait_until(self, deadline: float) -> asyncio.Future[None]:
+        """A future resolved once the engine clock reaches ``deadline``."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
         def fire() -> None:
@@ -144,26 +201,86 @@ class Run:
         fut.add_done_callback(lambda f: handle.cancel() if f.cancelled() else None)
         return fut
 
+    def notify(self) -> None:
+        """Something a waiting step may care about changed (signal, update, review)."""
+        waiters, self._changed = self._changed, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    async def changed(self, deadline: float | None) -> None:
+        """Wait for a notification, the deadline, or the poll interval (for other processes)."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        self._changed.append(fut)
+        poll = loop.call_later(self.services.poll_interval, _resolve, fut)
+        timer = (
+            self.services.clock.call_at(deadline, lambda: _resolve(fut))
+            if deadline is not None
+            else None
+        )
+        try:
+            await fut
+        finally:
+            poll.cancel()
+            if timer is not None:
+                timer.cancel()
+            if fut in self._changed:
+                self._changed.remove(fut)
+        if self.updates_dirty and self.update_handlers and not self.replaying:
+            from pyweft.engine.updates import process_updates
+
+            await process_updates(self)
+
     # --- commits ------------------------------------------------------------------------
 
-    async def commit_step(self, rec: StepRecord) -> None:
-        key = f"{self._journal_prefix}{rec.step:010d}"
-        ops: list[Op] = [Put(key=key, value=records.encode(rec))]
-        if rec.step in self._open_pendings:
-            ops.append(Delete(key=keys.pending(self.id, rec.step)))
-        if not await self.services.committer.commit(ops, [Expect(key=key, value=None)]):
-            raise Superseded()
-        self._open_pendings.discard(rec.step)
+    async def commit_step(
+        self, rec: StepRecord, ops: list[Op] | None = None, conds: list[Expect] | None = None
+    ) -> bool:
+        """Record a step's outcome with the side effects that must land with it.
 
-    async def commit_pending(self, pend: PendingStep) -> None:
-        journal_key = keys.journal(self.id, pend.step)
-        ops = [Put(key=keys.pending(self.id, pend.step), value=records.encode(pend))]
-        if not await self.services.committer.commit(ops, [Expect(key=journal_key, value=None)]):
+        Returns ``False`` when one of ``conds`` failed (nothing was written);
+        raises :class:`Superseded` when another writer recorded this step.
+        """
+        key = f"{self._journal_prefix}{rec.step:010d}"
+        batch: list[Op] = [Put(key=key, value=records.encode(rec))]
+        if ops:
+            batch += ops
+        if rec.step in self._open_pendings:
+            batch.append(Delete(key=keys.pending(self.id, rec.step)))
+        conditions = [Expect(key=key, value=None)]
+        if conds:
+            conditions += conds
+        if not await self.services.committer.commit(batch, conditions):
+            if not conds or await self.services.storage.get(key) is not None:
+                raise Superseded()
+            return False
+        self._open_pendings.discard(rec.step)
+        if self.services.events.active:
+            self.emit(
+                "step_completed" if rec.ok else "step_failed",
+                step=rec.step,
+                step_kind=rec.kind,
+                name=rec.name,
+                attempts=rec.attempts,
+            )
+        return True
+
+    async def commit_pending(self, pend: PendingStep, ops: list[Op] | None = None) -> None:
+        journal_key = f"{self._journal_prefix}{pend.step:010d}"
+        batch: list[Op] = [Put(key=keys.pending(self.id, pend.step), value=records.encode(pend))]
+        if ops:
+            batch += ops
+        if not await self.services.committer.commit(batch, [Expect(key=journal_key, value=None)]):
             raise Superseded()
         self._open_pendings.add(pend.step)
 
     async def write_state(self, new: WorkflowState, extra: list[Op] | None = None) -> None:
         """Replace the state record, conditioned on the bytes this run last saw."""
+        async with self._lock:
+            await self._write_state_locked(new, extra)
+
+    async def _write_state_locked(self, new: WorkflowState, extra: list[Op] | None) -> None:
         raw = records.encode(new)
         ops: list[Op] = [Put(key=keys.wf(self.id), value=raw), *(extra or ())]
         cond = [Expect(key=keys.wf(self.id), value=self.state_raw)]
@@ -171,196 +288,32 @@ class Run:
             raise Superseded()
         self.state, self.state_raw = new, raw
 
-    # --- operations -----------------------------------------------------------------
-
-    def decode_value(self, rec: StepRecord, into: object) -> Any:
-        return None if rec.value is None else self.services.codec.decode(rec.value, into)
-
-    def activity_error(self, rec: StepRecord) -> ActivityError:
-        err = rec.error or ErrorInfo(type="Exception", message="")
-        return ActivityError(
-            f"activity {rec.name!r} (step {rec.step}) failed after {rec.attempts} attempt(s): "
-            f"{err.type}: {err.message}",
-            activity_name=rec.name,
-            step=rec.step,
-            attempts=rec.attempts,
-            error_type=err.type,
-            error_message=err.message,
-        )
-
-    async def activity(
-        self,
-        step: int,
-        act: ActivityDefinition,
-        args: tuple[Any, ...],
-        retry: RetryPolicy,
-        timeout_s: float | None,
-        budget_s: float | None,
-    ) -> Any:
-        rec = self.replay(step, "activity", act.name)
-        if rec is not None:
-            if rec.ok:
-                return self.decode_value(rec, act.result_type)
-            raise self.activity_error(rec)
-        self.enter_live()
-        clock = self.services.clock
-        pend = self._take_pending(step, "activity", act.name)
-        attempt = pend.attempt if pend else 0
-        first = pend.first_started_at if pend else clock.now()
-        if pend is not None and pend.deadline > clock.now():
-            await self.live(self.wait_until(pend.deadline))
-        while True:
-            attempt += 1
-            attempt_timeout = timeout_s
-            if budget_s is not None:
-                left = budget_s - (clock.now() - first)
-                attempt_timeout = left if timeout_s is None else min(timeout_s, left)
-            try:
-                if attempt_timeout is not None and attempt_timeout <= 0:
-                    raise ActivityTimeoutError(
-                        f"activity {act.name!r} ran out of its schedule_to_close budget"
-                    )
-                value = await self.live(self._execute(act, args, attempt_timeout))
-                payload = self._encode_result(value, f"result of activity {act.name!r}")
-            except Exception as exc:
-                now = clock.now()
-                delay = retry.delay_after(attempt)
-                give_up = (
-                    isinstance(exc, PayloadError)
-                    or not retry.is_retryable(exc)
-                    or attempt >= retry.max_attempts
-                    or (budget_s is not None and now + delay - first >= budget_s)
-                )
-                info = records.error_info(exc)
-                if give_up:
-                    failed = StepRecord(
-                        step=step,
-                        kind="activity",
-                        name=act.name,
-                        ok=False,
-                        started_at=first,
-                        finished_at=now,
-                        attempts=attempt,
-                        error=info,
-                    )
-                    await self.commit_step(failed)
-                    raise self.activity_error(failed) from exc
-                log.info(
-                    "activity %s (workflow %s step %d) attempt %d failed: %s; retrying in %.3fs",
-                    act.name,
-                    self.id,
-                    step,
-                    attempt,
-                    info.message,
-                    delay,
-                )
-                retry_at = now + delay
-                await self.commit_pending(
-                    PendingStep(
-                        step=step,
-                        kind="activity",
-                        name=act.name,
-                        deadline=retry_at,
-                        attempt=attempt,
-                        first_started_at=first,
-                        last_error=info,
-                    )
-                )
-                await self.live(self.wait_until(retry_at))
-                continue
-            done = StepRecord(
-                step=step,
-                kind="activity",
-                name=act.name,
-                ok=True,
-                started_at=first,
-                finished_at=clock.now(),
-                attempts=attempt,
-                value=payload,
-            )
-            await self.commit_step(done)
-            return self.services.codec.decode(payload, act.result_type)
-
-    async def _execute(
-        self, act: ActivityDefinition, args: tuple[Any, ...], timeout_s: float | None
-    ) -> Any:
-        if act.is_async:
-            if timeout_s is None:
-                return await act.fn(*args)
-            return await self._with_timeout(asyncio.ensure_future(act.fn(*args)), act, timeout_s)
-        loop = asyncio.get_running_loop()
-        fut = loop.run_in_executor(self.services.executor, functools.partial(act.fn, *args))
-        if timeout_s is None:
-            return await fut
-        return await self._with_timeout(fut, act, timeout_s)
-
-    async def _with_timeout(
-        self, fut: asyncio.Future[Any], act: ActivityDefinition, timeout_s: float
-    ) -> Any:
-        """Await ``fut`` but cancel it once ``timeout_s`` passes on the engine clock."""
-        expired = False
-
-        def expire() -> None:
-            nonlocal expired
-            expired = True
-            fut.cancel()
-
-        clock = self.services.clock
-        handle = clock.call_at(clock.now() + timeout_s, expire)
-        try:
-            return await fut
-        except asyncio.CancelledError:
-            if expired:
-                raise ActivityTimeoutError(
-                    f"activity {act.name!r} attempt timed out after {timeout_s:.3f}s"
-                ) from None
-            raise
-        finally:
-            handle.cancel()
-            if not fut.done():
-                fut.cancel()
-
-    def _take_pending(self, step: int, kind: str, name: str) -> PendingStep | None:
-        pend = self.pendings.pop(step, None)
-        if pend is not None and (pend.kind != kind or pend.name != name):
-            self._nondeterminism(step, f"an open {pend.kind} {pend.name!r}", f"{kind} {name!r}")
-        return pend
-
-    def _encode_result(self, value: object, what: str) -> bytes:
+    def encode_result(self, value: object, what: str) -> bytes:
         payload = self.services.codec.encode(value)
         if len(payload) > self.services.max_payload_bytes:
             raise payload_size_error(len(payload), self.services.max_payload_bytes, what=what)
         return payload
 
-    async def sleep_until(self, step: int, deadline: float | None, seconds: float) -> None:
-        """A durable sleep. ``deadline`` wins when given, else now + ``seconds``."""
-        if self.replay(step, "sleep", "sleep") is not None:
-            return
-        self.enter_live()
-        clock = self.services.clock
-        pend = self._take_pending(step, "sleep", "sleep")
-        started = pend.first_started_at if pend else clock.now()
-        if pend is None:
-            until = deadline if deadline is not None else started + seconds
-            if until > started:
-                pend = PendingStep(
-                    step=step, kind="sleep", name="sleep", deadline=until, first_started_at=started
+    def emit(self, kind: EventKind, *, step: int | None = None, **data: Any) -> None:
+        bus = self.services.events
+        if bus.active:
+            bus.emit(
+                WorkflowEvent(
+                    kind=kind,
+                    workflow_id=self.id,
+                    workflow_type=self.definition.name,
+                    at=to_datetime(self.services.clock.now()),
+                    step=step,
+                    data=data,
                 )
-                await self.commit_pending(pend)
-        if pend is not None:
-            await self.live(self.wait_until(pend.deadline))
-        await self.commit_step(
-            StepRecord(
-                step=step,
-                kind="sleep",
-                name="sleep",
-                ok=True,
-                started_at=started,
-                finished_at=clock.now(),
             )
-        )
 
     # --- lifecycle ----------------------------------------------------------------------
+
+    @property
+    def interruptible(self) -> bool:
+        """True while the workflow waits on a live step (activity, timer, message)."""
+        return self._live_ops > 0
 
     async def request_cancel(self) -> None:
         """Record the cancel request durably, then interrupt the live step, if any."""
@@ -368,31 +321,67 @@ class Run:
             if self.cancel_requested or self.done.done():
                 return
             now = self.services.clock.now()
-            await self.write_state(
-                msgspec.structs.replace(self.state, cancel_requested=True, updated_at=now)
+            await self._write_state_locked(
+                msgspec.structs.replace(self.state, cancel_requested=True, updated_at=now), None
             )
             self.cancel_requested = True
+        self.emit("cancel_requested")
         if self._live_ops > 0 and self.task is not None:
             self.cancel_delivered = True
             self.task.cancel()
 
+    def arm_execution_timeout(self) -> None:
+        if self.state.deadline is None:
+            return
+
+        def expire() -> None:
+            if self.done.done() or self.terminating:
+                return
+            self.terminating = "timed_out"
+            if self.task is not None:
+                self.task.cancel()
+
+        self._timeout_handle = self.services.clock.call_at(self.state.deadline, expire)
+
     async def drive(self, make_context: Callable[[Run], Any]) -> None:
         """Run the workflow function to its end and commit the terminal state."""
+        self.arm_execution_timeout()
+        try:
+            await self._drive(make_context)
+        finally:
+            if self._timeout_handle is not None:
+                self._timeout_handle.cancel()
+
+    async def _drive(self, make_context: Callable[[Run], Any]) -> None:
         try:
             args = decode_args(self.services.codec, self.state.args, self.definition.param_types)
             value = await self.definition.fn(make_context(self), *args)
+            if self.terminating is not None:
+                raise asyncio.CancelledError()
             if self.fatal is not None:
                 raise self.fatal
             if self.journal:
                 step = min(self.journal)
                 rec = self.journal[step]
-                self._nondeterminism(step, f"{rec.kind} {rec.name!r}", "nothing (it returned)")
-            payload = self._encode_result(value, f"result of workflow {self.id!r}")
-            await self._finish("completed", result=payload)
+                self.nondeterminism(step, f"{rec.kind} {rec.name!r}", "nothing (it returned)")
+            payload = self.encode_result(value, f"result of workflow {self.id!r}")
+            await self.finish("completed", result=payload)
         except asyncio.CancelledError:
-            if self.stopping or not self.cancel_requested:
+            if self.stopping:
                 raise
-            await self._finish("cancelled")
+            if self.terminating == "timed_out":
+                await self.finish(
+                    "timed_out",
+                    error=ErrorInfo(
+                        type="WorkflowTimeoutError",
+                        message="the run exceeded its execution_timeout",
+                        code="WorkflowTimeoutError",
+                    ),
+                )
+            elif self.cancel_requested:
+                await self.finish("cancelled")
+            else:
+                await self.finish("failed", error=records.error_info(asyncio.CancelledError()))
         except Superseded:
             log.warning("workflow %s was advanced by another writer; this engine stops it", self.id)
         except StorageError:
@@ -400,9 +389,9 @@ class Run:
         except Exception as exc:
             if self.stopping:
                 raise
-            await self._finish("failed", error=records.error_info(self.fatal or exc))
+            await self.finish("failed", error=records.error_info(self.fatal or exc))
 
-    async def _finish(
+    async def finish(
         self, status: str, *, result: bytes | None = None, error: ErrorInfo | None = None
     ) -> None:
         async with self._lock:
@@ -410,12 +399,26 @@ class Run:
             new = msgspec.structs.replace(
                 old, status=status, result=result, error=error, updated_at=self.services.clock.now()
             )
-            ops: list[Op] = []
-            for key in keys.status_index_keys(old.id, old.type, old.status, old.created_at):
-                ops.append(Delete(key=key))
-            for key in keys.status_index_keys(old.id, old.type, status, old.created_at):
-                ops.append(Put(key=key, value=b""))
+            ops: list[Op] = status_change_ops(old, status)
             for step in sorted(self._open_pendings):
                 ops.append(Delete(key=keys.pending(self.id, step)))
-            await self.write_state(new, ops)
+            await self._write_state_locked(new, ops)
             self._open_pendings.clear()
+        self.emit(status)  # type: ignore[arg-type]
+
+
+def status_change_ops(old: WorkflowState, status: str) -> list[Op]:
+    """Index maintenance when a run moves from ``old.status`` to ``status``."""
+    ops: list[Op] = []
+    if old.status == status:
+        return ops
+    for key in keys.status_index_keys(old.id, old.type, old.status, old.created_at):
+        ops.append(Delete(key=key))
+    for key in keys.status_index_keys(old.id, old.type, status, old.created_at):
+        ops.append(Put(key=key, value=b""))
+    return ops
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)

@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from pyweft.codec import PayloadCodec
@@ -23,6 +26,34 @@ from pyweft.errors import (
 from pyweft.storage.base import Storage
 
 MAX_PAGE = 1000
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HistoryEvent:
+    """One entry of a run's history, derived from what is stored."""
+
+    at: datetime
+    kind: str  # created, step_completed, step_failed, step_open, update_applied, <terminal>
+    step: int | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class History:
+    """What ``engine.history(id)`` returns: the steps, and every event in time order."""
+
+    workflow_id: str
+    steps: list[StepInfo]
+    events: list[HistoryEvent]
+
+    def __iter__(self) -> Iterator[StepInfo]:
+        return iter(self.steps)
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def __getitem__(self, index: int) -> StepInfo:
+        return self.steps[index]
 
 
 def not_found(workflow_id: str) -> WorkflowNotFoundError:
@@ -101,7 +132,7 @@ class Visibility:
         updated = max([loaded.state.updated_at, *(r.finished_at for r in loaded.journal.values())])
         return self._info(loaded.state, len(loaded.journal), updated)
 
-    async def history(self, workflow_id: str) -> list[StepInfo]:
+    async def history(self, workflow_id: str) -> History:
         loaded = await load_run(self._storage, workflow_id)
         if loaded is None:
             raise not_found(workflow_id)
@@ -136,11 +167,36 @@ class Visibility:
                     started_at=to_datetime(pend.first_started_at),
                     finished_at=None,
                     error=pend.last_error,
-                    next_attempt_at=to_datetime(pend.deadline),
+                    next_attempt_at=to_datetime(pend.deadline) if pend.deadline else None,
                 )
             )
         steps.sort(key=lambda s: s.step)
-        return steps
+        state = loaded.state
+        events = [HistoryEvent(at=to_datetime(state.created_at), kind="created", detail=state.type)]
+        for info in steps:
+            kind = {"completed": "step_completed", "failed": "step_failed"}.get(
+                info.status, "step_open"
+            )
+            at = info.finished_at or info.started_at
+            events.append(
+                HistoryEvent(at=at, kind=kind, step=info.step, detail=f"{info.kind} {info.name}")
+            )
+        for applied in loaded.applied:
+            events.append(
+                HistoryEvent(
+                    at=to_datetime(state.created_at),
+                    kind="update_applied",
+                    step=applied.boundary,
+                    detail=f"{applied.name} ({applied.update_id})",
+                )
+            )
+        if state.status in records.TERMINAL_STATUSES:
+            detail = state.error.type if state.error else ""
+            events.append(
+                HistoryEvent(at=to_datetime(state.updated_at), kind=state.status, detail=detail)
+            )
+        events.sort(key=lambda e: (e.at, e.step if e.step is not None else -1))
+        return History(workflow_id=workflow_id, steps=steps, events=events)
 
     async def list(
         self,

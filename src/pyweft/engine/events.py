@@ -1,0 +1,110 @@
+"""In-process lifecycle events: ``engine.events()`` and ``handle.events()``.
+
+Events are best effort and local to this process: they are emitted after the
+durable write they describe, never instead of it, and a slow consumer loses
+the oldest events rather than slowing the engine down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+EventKind = Literal[
+    "started",
+    "step_completed",
+    "step_failed",
+    "signal_received",
+    "update_completed",
+    "review_requested",
+    "review_decided",
+    "suspended",
+    "resumed",
+    "cancel_requested",
+    "completed",
+    "failed",
+    "cancelled",
+    "timed_out",
+]
+TERMINAL_KINDS = frozenset({"completed", "failed", "cancelled", "timed_out"})
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WorkflowEvent:
+    """Something that happened to a run. ``data`` holds kind-specific details."""
+
+    kind: EventKind
+    workflow_id: str
+    workflow_type: str
+    at: datetime
+    step: int | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+class _Subscriber:
+    __slots__ = ("dropped", "queue", "waiter", "workflow_id")
+
+    def __init__(self, workflow_id: str | None, capacity: int) -> None:
+        self.workflow_id = workflow_id
+        self.queue: deque[WorkflowEvent] = deque(maxlen=capacity)
+        self.waiter: asyncio.Future[None] | None = None
+        self.dropped = 0
+
+
+class EventBus:
+    """Fans events out to subscribers; each has a bounded buffer."""
+
+    def __init__(self, capacity: int = 10_000) -> None:
+        self._capacity = capacity
+        self._subscribers: set[_Subscriber] = set()
+        self._closed = False
+
+    @property
+    def active(self) -> bool:
+        """True when anyone listens; callers skip building events otherwise."""
+        return bool(self._subscribers)
+
+    def emit(self, event: WorkflowEvent) -> None:
+        for sub in self._subscribers:
+            if sub.workflow_id is not None and sub.workflow_id != event.workflow_id:
+                continue
+            if len(sub.queue) == sub.queue.maxlen:
+                sub.dropped += 1
+            sub.queue.append(event)
+            if sub.waiter is not None and not sub.waiter.done():
+                sub.waiter.set_result(None)
+
+    def close(self) -> None:
+        self._closed = True
+        for sub in self._subscribers:
+            if sub.waiter is not None and not sub.waiter.done():
+                sub.waiter.set_result(None)
+
+    async def subscribe(
+        self, workflow_id: str | None = None, *, until_terminal: bool = False
+    ) -> AsyncIterator[WorkflowEvent]:
+        """Yield events as they happen, from the moment of subscription.
+
+        With ``until_terminal``, the iterator ends after the run's terminal event.
+        The iterator also ends when the engine shuts down.
+        """
+        sub = _Subscriber(workflow_id, self._capacity)
+        self._subscribers.add(sub)
+        try:
+            while True:
+                while sub.queue:
+                    event = sub.queue.popleft()
+                    yield event
+                    if until_terminal and event.kind in TERMINAL_KINDS:
+                        return
+                if self._closed:
+                    return
+                sub.waiter = asyncio.get_running_loop().create_future()
+                await sub.waiter
+                sub.waiter = None
+        finally:
+            self._subscribers.discard(sub)

@@ -1,0 +1,49 @@
+"""State transitions of runs that no task in this engine is driving.
+
+When a run is live here, its own :class:`~pyweft.engine.run.Run` writes its
+state. Otherwise these helpers change the stored state directly, always with
+a compare-and-swap on the bytes they read, so a racing writer is never
+overwritten.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from pyweft.engine import keys, records
+from pyweft.engine.commit import Committer
+from pyweft.engine.records import WorkflowState
+from pyweft.engine.run import status_change_ops
+from pyweft.engine.visibility import not_found
+from pyweft.storage.base import Delete, Expect, Op, Put, Storage
+
+
+async def transition(
+    storage: Storage,
+    committer: Committer,
+    workflow_id: str,
+    allowed_from: frozenset[str],
+    now: float,
+    **changes: object,
+) -> tuple[WorkflowState | None, WorkflowState]:
+    """Move a stored run to new field values if its status is in ``allowed_from``.
+
+    Returns ``(new_state, current_state)``; ``new_state`` is ``None`` when the
+    run's status did not allow the change (nothing written). Retries when the
+    record changes under it.
+    """
+    while True:
+        raw = await storage.get(keys.wf(workflow_id))
+        if raw is None:
+            raise not_found(workflow_id)
+        state = records.decode_state(raw)
+        if state.status not in allowed_from:
+            return None, state
+        new = msgspec.structs.replace(state, updated_at=now, **changes)
+        ops: list[Op] = [Put(key=keys.wf(workflow_id), value=records.encode(new))]
+        ops += status_change_ops(state, new.status)
+        if new.status in records.TERMINAL_STATUSES:
+            for key, _ in await storage.scan(keys.wf(workflow_id) + ":p:"):
+                ops.append(Delete(key=key))
+        if await committer.commit(ops, [Expect(key=keys.wf(workflow_id), value=raw)]):
+            return new, state

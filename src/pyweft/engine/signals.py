@@ -1,0 +1,253 @@
+"""Signals: durable one-way messages into a run.
+
+Sending writes the signal to a per-run buffer (and, with a ``signal_id``, an
+accepted marker that makes retries no-ops) in one atomic batch, then wakes the
+run. ``ctx.wait_for_signal`` consumes the oldest buffered signal of that name:
+its deletion, conditioned on the exact bytes read, is written in the same
+commit as the step that returns it, so a crash before that commit leaves the
+signal buffered and it is delivered again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from pyweft.engine import keys, records
+from pyweft.engine.records import SignalRecord, StepRecord, WorkflowState
+from pyweft.engine.run import Run, RunServices
+from pyweft.errors import InvalidArgumentError, WaitTimeoutError, WorkflowTerminalError
+from pyweft.storage.base import Delete, Expect, Op, Put
+
+MAX_SIGNAL_ID_BYTES = 128
+MAX_NAME_BYTES = 200
+_SCAN_BATCH = 256
+_MAX_SEND_ATTEMPTS = 100
+
+
+def check_name(name: object, what: str) -> str:
+    if not isinstance(name, str) or not name or len(name.encode()) > MAX_NAME_BYTES:
+        raise InvalidArgumentError(
+            f"{what} name must be a non-empty string of at most {MAX_NAME_BYTES} UTF-8 bytes, "
+            f"got {name!r}"
+        )
+    return name
+
+
+def check_signal_id(signal_id: object) -> str:
+    if not isinstance(signal_id, str) or not signal_id:
+        raise InvalidArgumentError(f"signal_id must be a non-empty string, got {signal_id!r}")
+    size = len(signal_id.encode())
+    if size > MAX_SIGNAL_ID_BYTES:
+        raise InvalidArgumentError(
+            f"signal_id is {size} UTF-8 bytes; the limit is {MAX_SIGNAL_ID_BYTES}"
+        )
+    return signal_id
+
+
+def terminal_error(state: WorkflowState, what: str) -> WorkflowTerminalError:
+    return WorkflowTerminalError(
+        f"workflow {state.id!r} is {state.status}; it cannot take {what}",
+        workflow_id=state.id,
+        status=state.status,
+    )
+
+
+# --- the workflow side --------------------------------------------------------------
+
+
+async def wait_for_signal(run: Run, step: int, name: str, timeout_s: float | None) -> Any:
+    """Return the payload of the oldest buffered ``name`` signal, waiting if there is none."""
+    rec = run.replay(step, "signal", name)
+    codec = run.services.codec
+    if rec is not None:
+        if rec.ok:
+            return codec.decode(rec.value) if rec.value is not None else None
+        raise _timeout(run, step, name)
+    await run.enter_live()
+    clock = run.services.clock
+    pend = run.take_pending(step, "signal", name)
+    started = pend.first_started_at if pend else clock.now()
+    deadline = pend.deadline if pend else (None if timeout_s is None else started + timeout_s)
+    while True:
+        head = await _next_signal(run, name)
+        if head is not None:
+            key, raw = head
+            signal = records.decode_signal(raw)
+            done = StepRecord(
+                step=step,
+                kind="signal",
+                name=name,
+                ok=True,
+                started_at=started,
+                finished_at=clock.now(),
+                value=signal.payload,
+            )
+            ok = await run.commit_step(done, [Delete(key=key)], [Expect(key=key, value=raw)])
+            _drop(run, name, key)
+            if ok:
+                return codec.decode(signal.payload)
+            continue  # the signal changed under us; look again
+        if deadline is not None and clock.now() >= deadline:
+            await run.commit_step(
+                StepRecord(
+                    step=step,
+                    kind="signal",
+                    name=name,
+                    ok=False,
+                    started_at=started,
+                    finished_at=clock.now(),
+                    error=records.ErrorInfo(
+                        type="WaitTimeoutError",
+                        message=f"no {name!r} signal within the timeout",
+                        code="WaitTimeoutError",
+                    ),
+                )
+            )
+            raise _timeout(run, step, name)
+        if deadline is not None and pend is None:
+            pend = records.PendingStep(
+                step=step, kind="signal", name=name, deadline=deadline, first_started_at=started
+            )
+            await run.commit_pending(pend)
+        await run.live(run.changed(deadline))
+
+
+def _timeout(run: Run, step: int, name: str) -> WaitTimeoutError:
+    return WaitTimeoutError(
+        f"workflow {run.id!r} waited for signal {name!r} (step {step}) past its timeout",
+        workflow_id=run.id,
+        step=step,
+    )
+
+
+async def _next_signal(run: Run, name: str) -> tuple[str, bytes] | None:
+    cache = run.signal_cache.get(name)
+    if not cache:
+        rows = await run.services.storage.scan(keys.signal_prefix(run.id, name), limit=_SCAN_BATCH)
+        cache = run.signal_cache[name] = list(reversed(rows))  # pop() takes the oldest
+        if len(rows) < _SCAN_BATCH:
+            run.signal_synced.add(name)
+        else:
+            run.signal_synced.discard(name)
+    return cache[-1] if cache else None
+
+
+def _drop(run: Run, name: str, key: str) -> None:
+    cache = run.signal_cache.get(name)
+    if cache and cache[-1][0] == key:
+        cache.pop()
+    else:
+        run.signal_cache.pop(name, None)
+
+
+def buffered(run: Run, name: str, key: str, raw: bytes) -> None:
+    """A signal was just committed for this run: add it to the cache if the cache is complete."""
+    cache = run.signal_cache.get(name)
+    if cache is not None and name in run.signal_synced and (not cache or cache[0][0] < key):
+        cache.insert(0, (key, raw))
+    run.notify()
+
+
+# --- the sending side ---------------------------------------------------------------
+
+
+@dataclass
+class SignalSender:
+    """Buffers signals durably and wakes the run if this engine drives it."""
+
+    services: RunServices
+    runs: dict[str, Run]
+
+    def __post_init__(self) -> None:
+        # Weak values: a lock lives only while some sender holds it.
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+
+    def encode(self, payload: object) -> bytes:
+        data = self.services.codec.encode(payload)
+        limit = self.services.max_payload_bytes
+        if len(data) > limit:
+            from pyweft.codec import payload_size_error
+
+            raise payload_size_error(len(data), limit, what="signal payload")
+        return data
+
+    async def send(
+        self, workflow_id: str, name: str, payload: object, signal_id: str | None
+    ) -> bool:
+        """Buffer the signal. Returns ``False`` when ``signal_id`` was already accepted."""
+        check_name(name, "signal")
+        if signal_id is not None:
+            check_signal_id(signal_id)
+        data = self.encode(payload)
+        lock = self._locks.get(workflow_id)
+        if lock is None:
+            lock = self._locks[workflow_id] = asyncio.Lock()
+        async with lock:  # senders in this process take turns: no CAS storms
+            return await self._send_locked(workflow_id, name, data, signal_id)
+
+    async def _send_locked(
+        self, workflow_id: str, name: str, data: bytes, signal_id: str | None
+    ) -> bool:
+        from pyweft.engine.visibility import not_found
+
+        storage = self.services.storage
+        accepted = keys.signal_accepted(workflow_id, name, signal_id) if signal_id else None
+        for _ in range(_MAX_SEND_ATTEMPTS):
+            state_raw = await storage.get(keys.wf(workflow_id))
+            if state_raw is None:
+                raise not_found(workflow_id)
+            state = records.decode_state(state_raw)
+            if state.status in records.TERMINAL_STATUSES:
+                raise terminal_error(state, f"signal {name!r}")
+            if accepted is not None and await storage.get(accepted) is not None:
+                return False
+            seq_key = keys.signal_seq(workflow_id)
+            seq_raw = await storage.get(seq_key)
+            seq = int(seq_raw or b"0") + 1
+            key = keys.signal(workflow_id, name, seq)
+            raw = records.encode(
+                SignalRecord(
+                    name=name,
+                    seq=seq,
+                    payload=data,
+                    sent_at=self.services.clock.now(),
+                    signal_id=signal_id,
+                )
+            )
+            ops: list[Op] = [Put(key=key, value=raw), Put(key=seq_key, value=str(seq).encode())]
+            conds = [
+                Expect(key=keys.wf(workflow_id), value=state_raw),
+                Expect(key=seq_key, value=seq_raw),
+            ]
+            if accepted is not None:
+                ops.append(Put(key=accepted, value=key.encode()))
+                conds.append(Expect(key=accepted, value=None))
+            if await self.services.committer.commit(ops, conds):
+                run = self.runs.get(workflow_id)
+                if run is not None:
+                    buffered(run, name, key, raw)
+                    run.emit("signal_received", name=name, signal_id=signal_id)
+                return True
+        raise RuntimeError(f"could not buffer signal {name!r} for {workflow_id!r}: contention")
+
+    def start_ops(
+        self, workflow_id: str, name: str, data: bytes, signal_id: str | None, now: float
+    ) -> tuple[list[Op], list[Expect]]:
+        """The writes that buffer a run's first signal inside its create batch."""
+        key = keys.signal(workflow_id, name, 1, start=True)
+        raw = records.encode(
+            SignalRecord(name=name, seq=1, payload=data, sent_at=now, signal_id=signal_id)
+        )
+        ops: list[Op] = [
+            Put(key=key, value=raw),
+            Put(key=keys.signal_seq(workflow_id), value=b"1"),
+        ]
+        conds = [Expect(key=keys.signal_seq(workflow_id), value=None)]
+        if signal_id is not None:
+            accepted = keys.signal_accepted(workflow_id, name, signal_id)
+            ops.append(Put(key=accepted, value=key.encode()))
+            conds.append(Expect(key=accepted, value=None))
+        return ops, conds
