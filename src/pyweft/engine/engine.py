@@ -512,12 +512,13 @@ class Engine:
                 try:
                     async with asyncio.timeout(remaining):
                         state = await asyncio.shield(run.done)
-                    return outcome_of(state, self.codec, self._workflows)
                 except TimeoutError:
                     raise _result_timeout(workflow_id, timeout) from None
                 except EngineClosedError:
                     self._services_or_raise()
                     continue
+                # Outside the try: a WorkflowTimeoutError is a TimeoutError too.
+                return outcome_of(state, self.codec, self._workflows)
             state = await self.visibility.state(workflow_id)
             if state.status in TERMINAL_STATUSES:
                 return outcome_of(state, self.codec, self._workflows)

@@ -154,6 +154,7 @@ class AppliedUpdate(msgspec.Struct, array_like=True):
     update_id: str
     name: str
     payload: bytes | None
+    applied_at: float = 0.0
 
 
 class ReviewRecord(msgspec.Struct, array_like=True):

@@ -154,7 +154,12 @@ async def _apply(
             error=records.error_info(exc),
         )
     applied = AppliedUpdate(
-        boundary=boundary, index=index, update_id=req.update_id, name=req.name, payload=req.payload
+        boundary=boundary,
+        index=index,
+        update_id=req.update_id,
+        name=req.name,
+        payload=req.payload,
+        applied_at=now,
     )
     ops: list[Op] = [
         Put(key=keys.applied_update(run.id, boundary, index), value=records.encode(applied)),

@@ -22,6 +22,7 @@ from pyweft.errors import (
     WorkflowCancelledError,
     WorkflowFailedError,
     WorkflowNotFoundError,
+    WorkflowTimeoutError,
 )
 from pyweft.storage.base import Storage
 
@@ -74,6 +75,10 @@ def outcome_of(
         return codec.decode(state.result, definition.result_type if definition else Any)
     if state.status == "cancelled":
         raise WorkflowCancelledError(f"workflow {state.id!r} was cancelled", workflow_id=state.id)
+    if state.status == "timed_out":
+        raise WorkflowTimeoutError(
+            f"workflow {state.id!r} exceeded its execution_timeout", workflow_id=state.id
+        )
     err = state.error or records.ErrorInfo(type=state.status, message="")
     raise WorkflowFailedError(
         f"workflow {state.id!r} {state.status}: {err.type}: {err.message}",
@@ -184,7 +189,7 @@ class Visibility:
         for applied in loaded.applied:
             events.append(
                 HistoryEvent(
-                    at=to_datetime(state.created_at),
+                    at=to_datetime(applied.applied_at or state.created_at),
                     kind="update_applied",
                     step=applied.boundary,
                     detail=f"{applied.name} ({applied.update_id})",
@@ -195,7 +200,7 @@ class Visibility:
             events.append(
                 HistoryEvent(at=to_datetime(state.updated_at), kind=state.status, detail=detail)
             )
-        events.sort(key=lambda e: (e.at, e.step if e.step is not None else -1))
+        events.sort(key=_event_order)
         return History(workflow_id=workflow_id, steps=steps, events=events)
 
     async def list(
@@ -226,6 +231,15 @@ class Visibility:
                 items.append(self._info(state, None, state.updated_at))
         next_cursor = _encode_cursor(rows[-1][0]) if more and rows else None
         return Page(items=items, next_cursor=next_cursor)
+
+
+def _event_order(event: HistoryEvent) -> tuple[datetime, float]:
+    """Time first; on a tie, creation, then steps in order, then the terminal state."""
+    if event.kind == "created":
+        return event.at, -1.0
+    if event.step is None:
+        return event.at, float("inf")
+    return event.at, event.step - (0.5 if event.kind == "update_applied" else 0.0)
 
 
 def _encode_cursor(key: str) -> str:
