@@ -12,8 +12,8 @@ from pyweft.clock import Clock, SystemClock, VirtualClock
 from pyweft.codec import DefaultPayloadCodec, PayloadCodec
 from pyweft.definitions import RetryPolicy, activity, workflow
 from pyweft.engine.context import WorkflowContext
-from pyweft.engine.events import WorkflowEvent
 from pyweft.engine.engine import Engine
+from pyweft.engine.events import WorkflowEvent
 from pyweft.engine.handle import WorkflowHandle
 from pyweft.engine.info import Page, StepInfo, WorkflowInfo
 from pyweft.engine.records import ErrorInfo
