@@ -231,3 +231,23 @@ async def test_wait_until_inside_a_branch_is_rejected(backend: Backend) -> None:
         await eventually(lambda: backend.clock.pending_timers() >= 1, what="sleep armed")
         backend.clock.advance(1)
         assert await handle.result(timeout=5) == "WorkflowUsageError"
+
+
+async def test_bad_updates_are_rejected_before_any_write(backend: Backend) -> None:
+    from pyweft import PayloadError, UpdateNotFoundError, WorkflowNotFoundError
+
+    async with backend.engine(workflows=[cart], max_payload_bytes=1000) as engine:
+        handle = await engine.start(cart)
+        await handle.update("add", 1)
+        before = await engine.storage.scan("")
+        with pytest.raises(WorkflowNotFoundError):
+            await engine.update("ghost", "add", 1)
+        with pytest.raises(PayloadError):
+            await handle.update("add", "x" * 2000)
+        with pytest.raises(UpdateNotFoundError):
+            await engine.update_result("no-such-update", timeout=0.01)
+        assert await engine.storage.scan("") == before
+        # An update nobody handles waits in the queue; the timeout names what the run handles.
+        with pytest.raises(UpdateTimeoutError) as err:
+            await handle.update("ad", 1, timeout=0.05)
+        assert "add, boom, clear" in str(err.value)

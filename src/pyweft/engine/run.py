@@ -96,6 +96,7 @@ class Run:
         self.done: asyncio.Future[WorkflowState] = asyncio.get_running_loop().create_future()
         self.query_handlers: dict[str, Callable[..., Any]] = {}
         self.update_handlers: dict[str, UpdateHandler] = {}
+        self.update_waits: dict[str, int] = {}  # names ctx.wait_for_update is waiting on
         self.updates_dirty = True  # there may be update requests we have not looked at
         self.signal_cache: dict[str, list[tuple[str, bytes]]] = {}
         self.signal_synced: set[str] = set()

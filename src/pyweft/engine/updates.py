@@ -243,6 +243,24 @@ async def wait_for_update(
     pend = run.take_pending(step, "update", name)
     started = pend.first_started_at if pend else clock.now()
     deadline = pend.deadline if pend else (None if timeout_s is None else started + timeout_s)
+    run.update_waits[name] = run.update_waits.get(name, 0) + 1
+    try:
+        return await _consume_update(run, step, name, pend, started, deadline)
+    finally:
+        run.update_waits[name] -= 1
+        if not run.update_waits[name]:
+            del run.update_waits[name]
+
+
+async def _consume_update(
+    run: Run,
+    step: int,
+    name: str,
+    pend: PendingStep | None,
+    started: float,
+    deadline: float | None,
+) -> UpdateRequestHandle:
+    codec, clock = run.services.codec, run.services.clock
     while True:
         rows = await run.services.storage.scan(keys.update_prefix(run.id), limit=_SCAN_BATCH)
         for key, raw in rows:
@@ -347,6 +365,7 @@ class UpdateClient:
                 raise terminal_error(state, f"update {name!r}")
             run = self._runs.get(workflow_id)
             handler = run.update_handlers.get(name) if run is not None else None
+
             if run is not None and handler is not None and handler.validator is not None:
                 try:
                     handler.validator(*_args(run, handler, data))
@@ -428,9 +447,14 @@ class UpdateClient:
             remaining = None if deadline is None else deadline - loop.time()
             if remaining is not None and remaining <= 0:
                 _discard(self._waiters, update_id, fut)
+                run = self._runs.get(workflow_id)
+                hint = ""
+                if run is not None:
+                    known = sorted({*run.update_handlers, *run.update_waits})
+                    hint = f" (the run currently handles: {', '.join(known) or 'no updates'})"
                 raise UpdateTimeoutError(
-                    f"update {update_id!r} to {workflow_id!r} was not answered in time; it stays "
-                    "queued. Fetch the answer later with engine.update_result(update_id)",
+                    f"update {update_id!r} to {workflow_id!r} was not answered in time{hint}; it "
+                    "stays queued. Fetch the answer later with engine.update_result(update_id)",
                     workflow_id=workflow_id,
                     update_id=update_id,
                 )
