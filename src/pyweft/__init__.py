@@ -18,17 +18,21 @@ from pyweft.engine.handle import WorkflowHandle
 from pyweft.engine.info import Page, StepInfo, WorkflowInfo
 from pyweft.engine.records import ErrorInfo
 from pyweft.engine.reviews import Escalation, ReviewDecision, ReviewInfo
+from pyweft.engine.saga import Saga
 from pyweft.engine.updates import UpdateRequestHandle
-from pyweft.engine.visibility import History, HistoryEvent
+from pyweft.engine.visibility import Group, History, HistoryEvent
 from pyweft.errors import (
     ActivityError,
     ActivityNotRegisteredError,
     ActivityTimeoutError,
+    ChildWorkflowError,
     ConfigurationError,
     DefinitionError,
     EngineClosedError,
+    IdempotencyKeySpentError,
     InvalidArgumentError,
     InvalidDurationError,
+    NestingLimitError,
     NonDeterminismError,
     PayloadError,
     PyweftError,
@@ -46,6 +50,7 @@ from pyweft.errors import (
     UpdateNotFoundError,
     UpdateRejectedError,
     UpdateTimeoutError,
+    VersionMismatchError,
     WaitTimeoutError,
     WorkflowAlreadyExistsError,
     WorkflowCancelledError,
@@ -73,7 +78,9 @@ __all__ = [
     "Engine",
     "WorkflowHandle",
     "Escalation",
+    "Saga",
     # what you get back
+    "Group",
     "ErrorInfo",
     "History",
     "HistoryEvent",
@@ -98,11 +105,14 @@ __all__ = [
     "ActivityError",
     "ActivityNotRegisteredError",
     "ActivityTimeoutError",
+    "ChildWorkflowError",
     "ConfigurationError",
     "DefinitionError",
     "EngineClosedError",
+    "IdempotencyKeySpentError",
     "InvalidArgumentError",
     "InvalidDurationError",
+    "NestingLimitError",
     "NonDeterminismError",
     "PayloadError",
     "PyweftError",
@@ -120,6 +130,7 @@ __all__ = [
     "UpdateNotFoundError",
     "UpdateRejectedError",
     "UpdateTimeoutError",
+    "VersionMismatchError",
     "WaitTimeoutError",
     "WorkflowAlreadyExistsError",
     "WorkflowCancelledError",

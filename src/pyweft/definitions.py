@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar, overload
@@ -106,6 +106,7 @@ class WorkflowDefinition:
     activities: dict[str, ActivityDefinition] = field(default_factory=dict)
     param_types: tuple[object, ...] = ()
     result_type: object = Any
+    retention: dict[str, float] | None = None  # seconds per terminal status
 
 
 def _activity_definition(
@@ -184,6 +185,7 @@ def workflow(
     name: str | None = None,
     version: str = "1",
     activities: Iterable[Callable[..., Any]] = (),
+    retention: Mapping[str, Duration] | None = None,
 ) -> Callable[[F], F]: ...
 def workflow(
     fn: F | None = None,
@@ -192,13 +194,17 @@ def workflow(
     name: str | None = None,
     version: str = "1",
     activities: Iterable[Callable[..., Any]] = (),
+    retention: Mapping[str, Duration] | None = None,
 ) -> F | Callable[[F], F]:
     """Declare a workflow: ``async def wf(ctx, *args)`` whose durable steps survive crashes.
 
     ``activities`` are looked up before the engine-wide registry when the
-    workflow calls an activity by name.
+    workflow calls an activity by name. ``retention`` (per terminal status,
+    e.g. ``{"completed": "7d"}``) overrides the engine's retention for this
+    workflow's runs.
     """
     own = tuple(activities)
+    kept = parse_retention(retention) if retention is not None else None
 
     def decorate(f: F) -> F:
         if not inspect.iscoroutinefunction(f):
@@ -228,11 +234,30 @@ def workflow(
             activities=acts,
             param_types=param_types,
             result_type=result_type,
+            retention=kept,
         )
         setattr(f, _WORKFLOW_ATTR, definition)
         return f
 
     return decorate(fn) if fn is not None else decorate
+
+
+RETENTION_STATUSES = ("completed", "failed", "cancelled", "timed_out")
+
+
+def parse_retention(value: Mapping[str, Duration]) -> dict[str, float]:
+    """``{"completed": "7d", ...}`` as seconds, with the statuses checked."""
+    if not isinstance(value, Mapping):
+        raise DefinitionError("retention must be a dict like {'completed': '7d'}")
+    out: dict[str, float] = {}
+    for status, duration in value.items():
+        if status not in RETENTION_STATUSES:
+            raise DefinitionError(
+                f"retention key {status!r} is not a terminal status; use "
+                f"{', '.join(RETENTION_STATUSES)}"
+            )
+        out[status] = parse_duration(duration, field=f"retention[{status!r}]")
+    return out
 
 
 def workflow_definition_of(obj: object) -> WorkflowDefinition | None:

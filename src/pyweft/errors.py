@@ -233,6 +233,49 @@ class ReviewTimeoutError(PyweftError, TimeoutError):
         self.review_id = review_id
 
 
+class ChildWorkflowError(PyweftError):
+    """A child workflow awaited by its parent failed, was cancelled or timed out."""
+
+    def __init__(
+        self, message: str, *, child_id: str, status: str, error_type: str, error_message: str
+    ) -> None:
+        super().__init__(message)
+        self.child_id = child_id
+        self.status = status
+        self.error_type = error_type
+        self.error_message = error_message
+
+
+class NestingLimitError(PyweftError):
+    """Child workflows may nest only so deep (10 levels)."""
+
+    def __init__(self, message: str, *, workflow_id: str) -> None:
+        super().__init__(message)
+        self.workflow_id = workflow_id
+
+
+class VersionMismatchError(PyweftError):
+    """A stored run's workflow version differs from the registered code, or a
+    ``ctx.get_version`` pin is outside the supported range."""
+
+    def __init__(
+        self, message: str, *, workflow_id: str, stored_version: str, registered_version: str
+    ) -> None:
+        super().__init__(message)
+        self.workflow_id = workflow_id
+        self.stored_version = stored_version
+        self.registered_version = registered_version
+
+
+class IdempotencyKeySpentError(PyweftError):
+    """The idempotency key maps to a run that was purged; it will not start a new run."""
+
+    def __init__(self, message: str, *, idempotency_key: str, workflow_id: str) -> None:
+        super().__init__(message)
+        self.idempotency_key = idempotency_key
+        self.workflow_id = workflow_id
+
+
 class EngineClosedError(PyweftError, RuntimeError):
     """The engine is not running (not entered yet, or already shut down)."""
 
@@ -296,11 +339,14 @@ __all__ = [
     "ActivityError",
     "ActivityNotRegisteredError",
     "ActivityTimeoutError",
+    "ChildWorkflowError",
     "ConfigurationError",
     "DefinitionError",
     "EngineClosedError",
+    "IdempotencyKeySpentError",
     "InvalidArgumentError",
     "InvalidDurationError",
+    "NestingLimitError",
     "NonDeterminismError",
     "PayloadError",
     "PyweftError",
@@ -318,6 +364,7 @@ __all__ = [
     "UpdateNotFoundError",
     "UpdateRejectedError",
     "UpdateTimeoutError",
+    "VersionMismatchError",
     "WaitTimeoutError",
     "WorkflowAlreadyExistsError",
     "WorkflowCancelledError",

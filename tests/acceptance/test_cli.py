@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -340,6 +342,17 @@ def test_demo_runs_every_order_to_completion_then_says_how_to_start_over(tmp_pat
     assert len(ledger_rows(tmp_path / "pyweft-demo.ledger")) == len(ACTIVITIES) * 2
 
 
+def journal_steps(db: Path) -> int:
+    if not db.exists():
+        return 0
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+            row = conn.execute("SELECT count(*) FROM kv WHERE key LIKE 'wf:%:j:%'").fetchone()
+    except sqlite3.Error:
+        return 0
+    return int(row[0])
+
+
 def test_demo_killed_with_sigkill_resumes_without_repeating_finished_work(tmp_path: Path) -> None:
     db, ledger = tmp_path / "demo.db", tmp_path / "demo.ledger"
     with (tmp_path / "killed.out").open("w") as out:
@@ -351,7 +364,9 @@ def test_demo_killed_with_sigkill_resumes_without_repeating_finished_work(tmp_pa
             stderr=subprocess.STDOUT,
         )
         try:
-            wait_until(lambda: finished(ledger) >= 1, what="a finished activity in the ledger")
+            # A finished activity is not enough: its step must be committed, or the
+            # rerun has nothing to replay. Read the journal itself.
+            wait_until(lambda: journal_steps(db) >= 1, what="a committed step in the journal")
         finally:
             os.kill(first.pid, signal.SIGKILL)
             first.wait(timeout=10)

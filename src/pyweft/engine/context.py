@@ -9,17 +9,36 @@ from __future__ import annotations
 
 import inspect
 import logging
+import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
-from typing import Any, TypeVar, overload
+from typing import Any, NoReturn, TypeVar, overload
 
 from pyweft.definitions import ActivityDefinition, Duration, RetryPolicy, activity_definition_of
 from pyweft.durations import parse_duration, parse_optional_duration
-from pyweft.engine import activities, conditions, reviews, signals, timers, updates
+from pyweft.engine import (
+    activities,
+    attributes,
+    children,
+    composition,
+    conditions,
+    recorded,
+    reviews,
+    signals,
+    timers,
+    updates,
+)
+from pyweft.engine.info import to_datetime
 from pyweft.engine.reviews import Escalation, ReviewDecision
 from pyweft.engine.run import Run
+from pyweft.engine.saga import Saga
 from pyweft.engine.updates import UpdateRequestHandle
-from pyweft.errors import ActivityNotRegisteredError, DefinitionError, InvalidDurationError
+from pyweft.errors import (
+    ActivityNotRegisteredError,
+    DefinitionError,
+    InvalidArgumentError,
+    InvalidDurationError,
+)
 
 T = TypeVar("T")
 
@@ -258,3 +277,114 @@ class WorkflowContext:
         return reviews.review_step(
             self._run, self._run.alloc_step(), artifact, review_type, people, seconds, steps
         )
+
+    # --- composition --------------------------------------------------------------------
+
+    def all(self, *branches: Awaitable[Any]) -> Awaitable[list[Any]]:
+        """Run branches (steps) concurrently; their results in order.
+
+        A branch that finished stays recorded even if a sibling fails; the
+        first failure (by position) is raised once every branch settled.
+        """
+        return composition.all_of(self._run, branches)
+
+    async def all_keyed(self, branches: dict[str, Awaitable[Any]]) -> dict[str, Any]:
+        """Like :meth:`all` over a mapping; returns ``{key: result}``."""
+        values = await composition.all_of(self._run, list(branches.values()))
+        return dict(zip(branches, values, strict=True))
+
+    async def race(self, *branches: Awaitable[Any]) -> Any:
+        """The result of the first branch to settle; the others are cancelled.
+
+        Which branch won is recorded, so replay takes the same branch. A
+        losing signal wait does not consume its signal.
+        """
+        _, value = await composition.race(self._run, self._run.alloc_step(), branches)
+        return value
+
+    async def race_keyed(self, branches: dict[str, Awaitable[Any]]) -> tuple[str, Any]:
+        """Like :meth:`race` over a mapping; returns ``(winning key, value)``."""
+        names = list(branches)
+        index, value = await composition.race(
+            self._run, self._run.alloc_step(), list(branches.values())
+        )
+        return names[index], value
+
+    def start_child(
+        self,
+        workflow: Callable[..., Any] | str,
+        *args: Any,
+        id: str | None = None,
+        parent_close_policy: str = "await",
+    ) -> Awaitable[Any]:
+        """Start a child workflow (one durable step).
+
+        With ``parent_close_policy="await"`` (default) the child's result is
+        returned, or its failure raised as :class:`~pyweft.ChildWorkflowError`.
+        ``"abandon"`` and ``"request_cancel"`` return the child's id at once;
+        ``"request_cancel"`` (and ``"await"``) children still running when the
+        parent ends are asked to cancel. The default id is ``"{parent id}/{step}"``.
+        """
+        if parent_close_policy not in children.POLICIES:
+            raise InvalidArgumentError(
+                f"parent_close_policy must be one of {', '.join(children.POLICIES)}, "
+                f"got {parent_close_policy!r}"
+            )
+        if id is not None and (not isinstance(id, str) or not id or len(id.encode()) > 255):
+            raise InvalidArgumentError("child id must be a non-empty string of at most 255 bytes")
+        return children.child_step(
+            self._run, self._run.alloc_step(), workflow, args, id, parent_close_policy
+        )
+
+    def saga(self) -> Saga:
+        """A compensation scope: ``async with ctx.saga() as saga: ...``."""
+        return Saga(self)
+
+    # --- recorded values ----------------------------------------------------------------
+
+    def memo(self, key: str, fn: Callable[[], Any]) -> Awaitable[Any]:
+        """Compute ``fn()`` (sync or async) once, as a step; replay returns the recorded value."""
+        signals.check_name(key, "memo key")
+        return recorded.memo(self._run, self._run.alloc_step(), key, fn)
+
+    def now(self) -> datetime:
+        """The current time as the workflow sees it: the moment its latest step was recorded
+        (or the run's start). The same on replay, and it costs no write."""
+        return to_datetime(self._run.logical_now)
+
+    def uuid4(self) -> uuid.UUID:
+        """A random UUID that is the same on replay (seeded from the run id)."""
+        return uuid.UUID(int=self._run.rng.getrandbits(128), version=4)
+
+    def random(self) -> float:
+        """A float in [0, 1) that is the same on replay."""
+        return self._run.rng.random()
+
+    async def get_version(self, change_id: str, min_supported: int, max_supported: int) -> int:
+        """Pin which version of a code change this run follows.
+
+        Runs that reach this call while replaying history recorded before the
+        change get ``min_supported``; new runs get ``max_supported``. The pin is
+        stored and never changes. Branch on it to change code under running
+        workflows safely. Calling it takes no step number.
+        """
+        signals.check_name(change_id, "change id")
+        return recorded.get_version(self._run, change_id, min_supported, max_supported)
+
+    async def continue_as_new(self, *args: Any) -> NoReturn:
+        """End this run's history and start over with ``args``: same id, empty journal."""
+        raise recorded.ContinueAsNew(args)
+
+    def set_attributes(self, values: dict[str, Any]) -> None:
+        """Set search attributes (``None`` removes one); written with the next commit."""
+        run = self._run
+        update = attributes.normalize(values)
+        new = attributes.merged(run.attributes, update)
+        for op in attributes.changes(run.id, run.state.created_at, run.attributes, new):
+            run.staged[op.key] = op
+        run.attributes = new
+
+    @property
+    def attributes(self) -> dict[str, Any]:
+        """The run's current search attributes (a copy)."""
+        return dict(self._run.attributes)

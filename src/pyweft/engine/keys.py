@@ -16,8 +16,16 @@ Layout (``{id}`` is an encoded workflow id):
 ``ix:st:{status}:{type}:{created16}:{id}``  runs by status and type
 ``ix:t:{type}:{created16}:{id}``      runs by type
 ``ix:a:{created16}:{id}``             every run
+``ix:p:{parent}:{created16}:{id}``   child runs by parent
+``ix:tag:{tag}:{created16}:{id}``     runs by tag
+``ix:id:{id}:{created16}``            runs by id (for id-prefix filters)
+``ix:u:{updated16}:{id}``             runs by last state change
+``ix:end:{status}:{ended16}:{id}``    finished runs by end time (retention)
+``ix:at:{name}:{value}:{created16}:{id}``  runs by search attribute value
 ``idem:{key}``                        idempotency key -> workflow id
 ``wf:{id}:u:{step10}:{index4}``       an update applied by a handler at a step boundary
+``wf:{id}:v:{change_id}``             a ctx.get_version pin
+``wf:{id}:attrs``                     search attributes of the run
 ``sig:{id}:{name}:{class1}:{seq16}``  a buffered signal (class 0: start signal, 1: others)
 ``sigseq:{id}``                       the run's last signal sequence number
 ``sigres:{id}:{name}:{signal_id}``    marker: this signal id was accepted (dedupe)
@@ -173,3 +181,31 @@ def review_index(status: str, created_at: float, review_id: str) -> str:
 
 def update_owner(update_id: str) -> str:
     return "upo:" + enc(update_id)
+
+
+def version_pin(workflow_id: str, change_id: str) -> str:
+    return f"{wf(workflow_id)}:v:{enc(change_id)}"
+
+
+def attributes(workflow_id: str) -> str:
+    return f"{wf(workflow_id)}:attrs"
+
+
+def extra_index_keys(
+    workflow_id: str, created_at: float, parent_id: str | None, tags: list[str]
+) -> list[str]:
+    """Index keys written once at creation (parent, tags, id) and removed on purge."""
+    i, c = enc(workflow_id), ts16(created_at)
+    out = [f"ix:id:{i}:{c}"]
+    if parent_id is not None:
+        out.append(f"ix:p:{enc(parent_id)}:{c}:{i}")
+    out += [f"ix:tag:{enc(tag)}:{c}:{i}" for tag in sorted(set(tags))]
+    return out
+
+
+def updated_index(workflow_id: str, updated_at: float) -> str:
+    return f"ix:u:{ts16(updated_at)}:{enc(workflow_id)}"
+
+
+def end_index(status: str, ended_at: float, workflow_id: str) -> str:
+    return f"ix:end:{status}:{ts16(ended_at)}:{enc(workflow_id)}"

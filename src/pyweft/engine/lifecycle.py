@@ -40,8 +40,10 @@ async def transition(
         if state.status not in allowed_from:
             return None, state
         new = msgspec.structs.replace(state, updated_at=now, **changes)
+        if new.status in records.TERMINAL_STATUSES and new.ended_at is None:
+            new = msgspec.structs.replace(new, ended_at=now)
         ops: list[Op] = [Put(key=keys.wf(workflow_id), value=records.encode(new))]
-        ops += status_change_ops(state, new.status)
+        ops += status_change_ops(state, new)
         if new.status in records.TERMINAL_STATUSES:
             for key, _ in await storage.scan(keys.wf(workflow_id) + ":p:"):
                 ops.append(Delete(key=key))

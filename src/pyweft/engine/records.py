@@ -8,7 +8,7 @@ appended with defaults so older stores keep decoding.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -47,6 +47,14 @@ class WorkflowState(msgspec.Struct, array_like=True):
     idempotency_key: str | None = None
     start_at: float | None = None  # a pending run starts then
     deadline: float | None = None  # execution_timeout: the run is timed out then
+    generation: int = 0  # bumped by continue_as_new
+    parent_id: str | None = None
+    parent_close_policy: str | None = None
+    depth: int = 0  # nesting depth of child workflows
+    tags: list[str] = []
+    forked_from: str | None = None
+    forked_at_step: int | None = None
+    ended_at: float | None = None
 
 
 class StepRecord(msgspec.Struct, array_like=True):
@@ -187,3 +195,11 @@ decode_update = _update_dec.decode
 decode_response = _response_dec.decode
 decode_applied = _applied_dec.decode
 decode_review = _review_dec.decode
+
+
+_any_dec = msgspec.msgpack.Decoder()
+
+
+def decode_attributes(raw: bytes) -> dict[str, Any]:
+    value = _any_dec.decode(raw)
+    return value if isinstance(value, dict) else {}

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from pyweft.engine import keys, records
 from pyweft.engine.records import AppliedUpdate, PendingStep, StepRecord, WorkflowState
@@ -18,6 +19,9 @@ class LoadedRun:
     journal: dict[int, StepRecord]
     pendings: dict[int, PendingStep]
     applied: list[AppliedUpdate]
+    version_pins: dict[str, int] = field(default_factory=dict)
+    attributes: dict[str, Any] = field(default_factory=dict)
+    attributes_raw: bytes | None = None
 
 
 async def ids_with_status(storage: Storage, status: str) -> list[str]:
@@ -41,6 +45,8 @@ async def load_run(storage: Storage, workflow_id: str) -> LoadedRun | None:
     journal: dict[int, StepRecord] = {}
     pendings: dict[int, PendingStep] = {}
     applied: list[AppliedUpdate] = []
+    pins: dict[str, int] = {}
+    attrs_raw: bytes | None = None
     for key, value in rows:
         if key == prefix:
             state_raw = value
@@ -54,6 +60,19 @@ async def load_run(storage: Storage, workflow_id: str) -> LoadedRun | None:
             pendings[pend.step] = pend
         elif key[len(prefix) : len(prefix) + 3] == ":u:":
             applied.append(records.decode_applied(value))
+        elif key[len(prefix) : len(prefix) + 3] == ":v:":
+            pins[keys.dec(key[len(prefix) + 3 :])] = int(value)
+        elif key == prefix + ":attrs":
+            attrs_raw = value
     if state_raw is None:
         return None
-    return LoadedRun(records.decode_state(state_raw), state_raw, journal, pendings, applied)
+    return LoadedRun(
+        records.decode_state(state_raw),
+        state_raw,
+        journal,
+        pendings,
+        applied,
+        pins,
+        records.decode_attributes(attrs_raw) if attrs_raw else {},
+        attrs_raw,
+    )

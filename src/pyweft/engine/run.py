@@ -13,11 +13,14 @@ module is the machinery they share.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import hashlib
 import logging
+import random
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import msgspec
 
@@ -36,7 +39,7 @@ from pyweft.engine.records import (
     UpdateResponse,
     WorkflowState,
 )
-from pyweft.errors import NonDeterminismError, StorageError
+from pyweft.errors import NonDeterminismError, PyweftError, StorageError
 from pyweft.storage.base import Delete, Expect, Op, Put, Storage
 
 if TYPE_CHECKING:
@@ -44,6 +47,25 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 log = logging.getLogger("pyweft.run")
+
+
+class ChildHost(Protocol):
+    """What the engine offers runs that start child workflows."""
+
+    def child_definition(self, wf: Callable[..., Any] | str) -> WorkflowDefinition: ...
+
+    def child_create(
+        self,
+        parent: Run,
+        definition: WorkflowDefinition,
+        args: tuple[Any, ...],
+        child_id: str,
+        policy: str,
+    ) -> tuple[list[Op], list[Expect], Callable[[], None]]: ...
+
+    async def wait_terminal(self, workflow_id: str) -> WorkflowState: ...
+
+    async def close_children(self, parent: Run) -> None: ...
 
 
 @dataclass(slots=True)
@@ -60,6 +82,15 @@ class RunServices:
     events: EventBus = field(default_factory=EventBus)
     poll_interval: float = 1.0
     on_update_response: Callable[[UpdateResponse], None] = lambda _: None
+    children: ChildHost | None = None
+
+
+Deferred = list[tuple[StepRecord, list[Op], list[Expect]]]
+# Set inside the branches of ctx.race: their step commits are collected, and the
+# race commits only the winner's, together with its own record.
+RACE_BRANCH: contextvars.ContextVar[Deferred | None] = contextvars.ContextVar(
+    "pyweft_race_branch", default=None
+)
 
 
 class Superseded(BaseException):
@@ -78,6 +109,8 @@ class Run:
         journal: dict[int, StepRecord],
         pendings: dict[int, PendingStep],
         applied: list[AppliedUpdate] | None = None,
+        version_pins: dict[str, int] | None = None,
+        attributes: dict[str, Any] | None = None,
     ) -> None:
         self.services = services
         self.definition = definition
@@ -91,7 +124,7 @@ class Run:
         self.cancel_delivered = False
         self.terminating: str | None = None  # "timed_out": no more steps may run
         self.stopping = False
-        self.fatal: NonDeterminismError | None = None
+        self.fatal: PyweftError | None = None  # fails the run even if the workflow catches it
         self.task: asyncio.Task[None] | None = None
         self.done: asyncio.Future[WorkflowState] = asyncio.get_running_loop().create_future()
         self.query_handlers: dict[str, Callable[..., Any]] = {}
@@ -108,6 +141,15 @@ class Run:
         self._journal_prefix = keys.journal_prefix(state.id)
         self._changed: list[asyncio.Future[None]] = []
         self._timeout_handle: Any = None
+        # Writes that must land with the run's next commit (attributes, version pins).
+        self.staged: dict[str, Op] = {}
+        self.version_pins: dict[str, int] = dict(version_pins or {})
+        self.has_children = False
+        self.attributes: dict[str, Any] = dict(attributes or {})
+        # ctx.now(): the time the latest step the workflow saw was recorded; replay-stable.
+        self.logical_now = state.created_at
+        seed = hashlib.sha256(f"{state.id}\x00{state.generation}".encode()).digest()
+        self.rng = random.Random(int.from_bytes(seed[:8], "big"))
         self.recorded_updates: dict[int, list[AppliedUpdate]] = {}
         self.update_index: dict[int, int] = {}
         for u in sorted(applied or (), key=lambda u: (u.boundary, u.index)):
@@ -140,6 +182,8 @@ class Run:
             return None
         if rec.kind != kind or rec.name != name:
             self.nondeterminism(step, f"{rec.kind} {rec.name!r}", f"{kind} {name!r}")
+        if rec.finished_at > self.logical_now:
+            self.logical_now = rec.finished_at
         return rec
 
     def _reapply_updates(self, step: int) -> None:
@@ -243,20 +287,44 @@ class Run:
         Returns ``False`` when one of ``conds`` failed (nothing was written);
         raises :class:`Superseded` when another writer recorded this step.
         """
-        key = f"{self._journal_prefix}{rec.step:010d}"
-        batch: list[Op] = [Put(key=key, value=records.encode(rec))]
-        if ops:
+        branch = RACE_BRANCH.get()
+        if branch is not None:
+            branch.append((rec, list(ops or ()), list(conds or ())))
+            return True
+        return await self.commit_steps([(rec, list(ops or ()), list(conds or ()))])
+
+    async def commit_steps(self, entries: Deferred) -> bool:
+        """Commit several step records (and their side effects) in one batch."""
+        batch: list[Op] = []
+        conditions: list[Expect] = []
+        keys_written = []
+        for rec, ops, conds in entries:
+            key = f"{self._journal_prefix}{rec.step:010d}"
+            keys_written.append(key)
+            batch.append(Put(key=key, value=records.encode(rec)))
             batch += ops
-        if rec.step in self._open_pendings:
-            batch.append(Delete(key=keys.pending(self.id, rec.step)))
-        conditions = [Expect(key=key, value=None)]
-        if conds:
+            if rec.step in self._open_pendings:
+                batch.append(Delete(key=keys.pending(self.id, rec.step)))
+            conditions.append(Expect(key=key, value=None))
             conditions += conds
+        staged, self.staged = self.staged, {}
+        batch += staged.values()
         if not await self.services.committer.commit(batch, conditions):
-            if not conds or await self.services.storage.get(key) is not None:
+            self.staged = {**staged, **self.staged}
+            has_side_conditions = len(conditions) > len(entries)
+            if not has_side_conditions or any(
+                [await self.services.storage.get(k) is not None for k in keys_written]
+            ):
                 raise Superseded()
             return False
-        self._open_pendings.discard(rec.step)
+        for rec, _, _ in entries:
+            self._open_pendings.discard(rec.step)
+            if rec.finished_at > self.logical_now:
+                self.logical_now = rec.finished_at
+            self._emit_step(rec)
+        return True
+
+    def _emit_step(self, rec: StepRecord) -> None:
         if self.services.events.active:
             self.emit(
                 "step_completed" if rec.ok else "step_failed",
@@ -265,16 +333,32 @@ class Run:
                 name=rec.name,
                 attempts=rec.attempts,
             )
-        return True
 
-    async def commit_pending(self, pend: PendingStep, ops: list[Op] | None = None) -> None:
+    async def flush_staged(self) -> None:
+        """Write staged side effects now (e.g. attributes set from outside the workflow)."""
+        staged, self.staged = self.staged, {}
+        if staged:
+            await self.services.committer.commit(list(staged.values()))
+
+    async def commit_pending(
+        self,
+        pend: PendingStep,
+        ops: list[Op] | None = None,
+        conds: list[Expect] | None = None,
+    ) -> bool:
+        """Record an open step's progress. ``False`` only when one of ``conds`` failed."""
         journal_key = f"{self._journal_prefix}{pend.step:010d}"
-        batch: list[Op] = [Put(key=keys.pending(self.id, pend.step), value=records.encode(pend))]
+        pending_key = keys.pending(self.id, pend.step)
+        batch: list[Op] = [Put(key=pending_key, value=records.encode(pend))]
         if ops:
             batch += ops
-        if not await self.services.committer.commit(batch, [Expect(key=journal_key, value=None)]):
-            raise Superseded()
+        conditions = [Expect(key=journal_key, value=None), *(conds or ())]
+        if not await self.services.committer.commit(batch, conditions):
+            if not conds or await self.services.storage.get(journal_key) is not None:
+                raise Superseded()
+            return False
         self._open_pendings.add(pend.step)
+        return True
 
     async def write_state(self, new: WorkflowState, extra: list[Op] | None = None) -> None:
         """Replace the state record, conditioned on the bytes this run last saw."""
@@ -284,6 +368,7 @@ class Run:
     async def _write_state_locked(self, new: WorkflowState, extra: list[Op] | None) -> None:
         raw = records.encode(new)
         ops: list[Op] = [Put(key=keys.wf(self.id), value=raw), *(extra or ())]
+        ops += status_change_ops(self.state, new)
         cond = [Expect(key=keys.wf(self.id), value=self.state_raw)]
         if not await self.services.committer.commit(ops, cond):
             raise Superseded()
@@ -354,6 +439,46 @@ class Run:
                 self._timeout_handle.cancel()
 
     async def _drive(self, make_context: Callable[[Run], Any]) -> None:
+        from pyweft.engine.recorded import ContinueAsNew
+
+        while True:
+            try:
+                await self._drive_once(make_context)
+                return
+            except ContinueAsNew as cont:
+                await self._continue_as_new(cont.args_)
+
+    async def _continue_as_new(self, args: tuple[Any, ...]) -> None:
+        """End this run's history and start it again, same id, with ``args``."""
+        from pyweft.codec import encode_args
+
+        payload = encode_args(self.services.codec, args)
+        if len(payload) > self.services.max_payload_bytes:
+            raise payload_size_error(
+                len(payload), self.services.max_payload_bytes, what="continue_as_new arguments"
+            )
+        prefix, start, end = keys.run_range(self.id)
+        rows = await self.services.storage.scan(prefix, start=start, end=end)
+        keep = {prefix, keys.attributes(self.id)}
+        deletes: list[Op] = [
+            Delete(key=k) for k, _ in rows if keys.belongs_to_run(k, prefix) and k not in keep
+        ]
+        now = self.services.clock.now()
+        new = msgspec.structs.replace(
+            self.state, args=payload, generation=self.state.generation + 1, updated_at=now
+        )
+        async with self._lock:
+            staged, self.staged = self.staged, {}
+            await self._write_state_locked(new, [*deletes, *staged.values()])
+        self.journal, self.pendings, self._open_pendings = {}, {}, set()
+        self.recorded_updates, self.update_index, self.version_pins = {}, {}, {}
+        self.query_handlers, self.update_handlers = {}, {}
+        self._next_step = 0
+        self.logical_now = now
+        seed = hashlib.sha256(f"{self.id}\x00{new.generation}".encode()).digest()
+        self.rng = random.Random(int.from_bytes(seed[:8], "big"))
+
+    async def _drive_once(self, make_context: Callable[[Run], Any]) -> None:
         try:
             args = decode_args(self.services.codec, self.state.args, self.definition.param_types)
             value = await self.definition.fn(make_context(self), *args)
@@ -397,26 +522,37 @@ class Run:
     ) -> None:
         async with self._lock:
             old = self.state
+            now = self.services.clock.now()
             new = msgspec.structs.replace(
-                old, status=status, result=result, error=error, updated_at=self.services.clock.now()
+                old, status=status, result=result, error=error, updated_at=now, ended_at=now
             )
-            ops: list[Op] = status_change_ops(old, status)
+            ops: list[Op] = []
             for step in sorted(self._open_pendings):
                 ops.append(Delete(key=keys.pending(self.id, step)))
+            staged, self.staged = self.staged, {}
+            ops += staged.values()
             await self._write_state_locked(new, ops)
             self._open_pendings.clear()
         self.emit(status)  # type: ignore[arg-type]
+        if self.has_children and self.services.children is not None:
+            await self.services.children.close_children(self)
 
 
-def status_change_ops(old: WorkflowState, status: str) -> list[Op]:
-    """Index maintenance when a run moves from ``old.status`` to ``status``."""
+def status_change_ops(old: WorkflowState, new: WorkflowState) -> list[Op]:
+    """Index maintenance when the state record changes from ``old`` to ``new``."""
     ops: list[Op] = []
-    if old.status == status:
+    if old.updated_at != new.updated_at:
+        ops.append(Delete(key=keys.updated_index(old.id, old.updated_at)))
+        ops.append(Put(key=keys.updated_index(new.id, new.updated_at), value=b""))
+    if old.status == new.status:
         return ops
     for key in keys.status_index_keys(old.id, old.type, old.status, old.created_at):
         ops.append(Delete(key=key))
-    for key in keys.status_index_keys(old.id, old.type, status, old.created_at):
+    for key in keys.status_index_keys(old.id, old.type, new.status, old.created_at):
         ops.append(Put(key=key, value=b""))
+    if new.status in records.TERMINAL_STATUSES:
+        ended = new.ended_at if new.ended_at is not None else new.updated_at
+        ops.append(Put(key=keys.end_index(new.status, ended, new.id), value=b""))
     return ops
 
 

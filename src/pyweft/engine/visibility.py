@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import binascii
+import builtins
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -12,8 +10,9 @@ from typing import Any
 
 from pyweft.codec import PayloadCodec
 from pyweft.definitions import WorkflowDefinition
-from pyweft.engine import keys, records
+from pyweft.engine import attributes, keys, query, records
 from pyweft.engine.info import Page, StepInfo, WorkflowInfo, to_datetime
+from pyweft.engine.query import RunFilter
 from pyweft.engine.records import ALL_STATUSES, WorkflowState
 from pyweft.engine.recovery import load_run
 from pyweft.errors import (
@@ -203,34 +202,78 @@ class Visibility:
         events.sort(key=_event_order)
         return History(workflow_id=workflow_id, steps=steps, events=events)
 
-    async def list(
-        self,
-        *,
-        status: str | None,
-        workflow_type: str | None,
-        limit: int,
-        cursor: str | None,
-    ) -> Page[WorkflowInfo]:
-        if status is not None and status not in ALL_STATUSES:
-            raise InvalidArgumentError(
-                f"unknown status {status!r}; use one of: {', '.join(ALL_STATUSES)}"
-            )
+    async def list(self, flt: RunFilter, *, limit: int, cursor: str | None) -> Page[WorkflowInfo]:
         if type(limit) is not int or not 1 <= limit <= MAX_PAGE:
             raise InvalidArgumentError(f"limit must be an int from 1 to {MAX_PAGE}, got {limit!r}")
-        prefix = keys.list_prefix(status, workflow_type)
-        end = _decode_cursor(cursor, prefix) if cursor is not None else None
-        rows = await self._storage.scan(prefix, end=end, limit=limit + 1, reverse=True)
-        more = len(rows) > limit
-        rows = rows[:limit]
-        ids = [keys.id_from_index_key(k) for k, _ in rows]
-        raws = await asyncio.gather(*(self._storage.get(keys.wf(i)) for i in ids))
-        items = []
-        for raw in raws:
-            if raw is not None:
-                state = records.decode_state(raw)
-                items.append(self._info(state, None, state.updated_at))
-        next_cursor = _encode_cursor(rows[-1][0]) if more and rows else None
+        after = query.decode_cursor(cursor) if cursor is not None else None
+        items: list[WorkflowInfo] = []
+        last: str | None = None
+        more = False
+        async for position, state, _ in query.matching(self._storage, flt, after):
+            if len(items) == limit:
+                more = True
+                break
+            items.append(self._info(state, None, state.updated_at))
+            last = position
+        next_cursor = query.encode_cursor(last) if more and last is not None else None
         return Page(items=items, next_cursor=next_cursor)
+
+    async def aggregate(self, group_by: str, flt: RunFilter) -> builtins.list[Group]:
+        """Counts of matching runs per status, type or attribute value."""
+        if not isinstance(group_by, str) or not group_by:
+            raise InvalidArgumentError("group_by must be 'status', 'type' or an attribute name")
+        attr = group_by[5:] if group_by.startswith("attr:") else None
+        if group_by not in ("status", "type") and attr is None:
+            attr = group_by
+        if attr is not None:
+            attributes.check_name(attr)
+        counts: dict[Any, int] = {}
+        if flt == RunFilter():
+            await self._count_index(group_by, attr, counts)
+        else:
+            async for _, state, attrs in query.matching(self._storage, flt):
+                found: builtins.list[Any]
+                if group_by == "status":
+                    found = [state.status]
+                elif group_by == "type":
+                    found = [state.type]
+                else:
+                    values = attrs or await self._attrs(state.id)
+                    value = values.get(attr or "")
+                    found = list(value) if isinstance(value, builtins.list) else [value]
+                for k in found:
+                    counts[k] = counts.get(k, 0) + 1
+        groups = [Group(key=k, count=n) for k, n in counts.items()]
+        groups.sort(key=lambda g: (-g.count, str(g.key)))
+        return groups
+
+    async def _attrs(self, workflow_id: str) -> dict[str, Any]:
+        raw = await self._storage.get(keys.attributes(workflow_id))
+        return records.decode_attributes(raw) if raw else {}
+
+    async def _count_index(self, group_by: str, attr: str | None, counts: dict[Any, int]) -> None:
+        storage = self._storage
+        count = getattr(storage, "count", None)
+        if group_by == "status":
+            for status in ALL_STATUSES:
+                prefix = f"ix:s:{status}:"
+                n = await count(prefix) if count else len(await storage.scan(prefix))
+                if n:
+                    counts[status] = n
+            return
+        prefix = "ix:t:" if attr is None else attributes.index_prefix(attr)
+        for key, _ in await storage.scan(prefix):
+            part = key[len(prefix) :].split(":", 1)[0]
+            value = keys.dec(part) if attr is None else attributes.decode_value(part)
+            counts[value] = counts.get(value, 0) + 1
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Group:
+    """One bucket of ``engine.aggregate``."""
+
+    key: Any
+    count: int
 
 
 def _event_order(event: HistoryEvent) -> tuple[datetime, float]:
@@ -240,20 +283,3 @@ def _event_order(event: HistoryEvent) -> tuple[datetime, float]:
     if event.step is None:
         return event.at, float("inf")
     return event.at, event.step - (0.5 if event.kind == "update_applied" else 0.0)
-
-
-def _encode_cursor(key: str) -> str:
-    return base64.urlsafe_b64encode(key.encode()).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str, prefix: str) -> str:
-    try:
-        key = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        key = ""
-    if not key.startswith(prefix):
-        raise InvalidArgumentError(
-            "cursor is not valid for this listing; pass the next_cursor returned by the "
-            "previous page of the same query"
-        )
-    return key

@@ -1,0 +1,124 @@
+"""Child workflows: independent runs started (and optionally awaited) by a parent.
+
+The child's create batch and the parent's open-step record commit together,
+so a child is started exactly once. With ``parent_close_policy="await"`` the
+parent's step records the child's result or failure; ``"abandon"`` and
+``"request_cancel"`` record the child id at once. When the parent ends,
+children with ``"await"`` or ``"request_cancel"`` that are still running are
+asked to cancel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pyweft.engine.records import ErrorInfo, PendingStep, StepRecord
+from pyweft.engine.run import Run
+from pyweft.errors import ChildWorkflowError, NestingLimitError, WorkflowAlreadyExistsError
+
+MAX_DEPTH = 10
+POLICIES = ("await", "abandon", "request_cancel")
+
+
+async def child_step(
+    run: Run,
+    step: int,
+    wf: Callable[..., Any] | str,
+    args: tuple[Any, ...],
+    child_id: str | None,
+    policy: str,
+) -> Any:
+    host = run.services.children
+    assert host is not None
+    definition = host.child_definition(wf)
+    codec = run.services.codec
+    run.has_children = True
+    rec = run.replay(step, "child", definition.name)
+    if rec is not None:
+        return _outcome(run, rec, definition.result_type, policy)
+    await run.enter_live()
+    clock = run.services.clock
+    pend = run.take_pending(step, "child", definition.name)
+    if pend is None:
+        if run.state.depth + 1 > MAX_DEPTH:
+            raise NestingLimitError(
+                f"workflow {run.id!r} cannot start a child: children may nest at most "
+                f"{MAX_DEPTH} levels deep",
+                workflow_id=run.id,
+            )
+        cid = child_id or f"{run.id}/{step}"
+        ops, conds, launch = host.child_create(run, definition, args, cid, policy)
+        pend = PendingStep(
+            step=step,
+            kind="child",
+            name=definition.name,
+            deadline=0.0,
+            first_started_at=clock.now(),
+            ref=cid,
+        )
+        if not await run.commit_pending(pend, ops, conds):
+            raise WorkflowAlreadyExistsError(
+                f"cannot start child {cid!r}: a run with that id already exists",
+                workflow_id=cid,
+            )
+        launch()
+    cid = pend.ref or ""
+    if policy != "await":
+        await run.commit_step(
+            StepRecord(
+                step=step,
+                kind="child",
+                name=definition.name,
+                ok=True,
+                started_at=pend.first_started_at,
+                finished_at=clock.now(),
+                value=codec.encode(cid),
+            )
+        )
+        return cid
+    state = await run.live(host.wait_terminal(cid))
+    if state.status == "completed":
+        done = StepRecord(
+            step=step,
+            kind="child",
+            name=definition.name,
+            ok=True,
+            started_at=pend.first_started_at,
+            finished_at=clock.now(),
+            value=state.result,
+        )
+    else:
+        err = state.error
+        done = StepRecord(
+            step=step,
+            kind="child",
+            name=definition.name,
+            ok=False,
+            started_at=pend.first_started_at,
+            finished_at=clock.now(),
+            error=ErrorInfo(
+                type=err.type if err else state.status,
+                message=f"{cid}\x00{state.status}\x00{err.message if err else ''}",
+                code="ChildWorkflowError",
+            ),
+        )
+    await run.commit_step(done)
+    return _outcome(run, done, definition.result_type, policy)
+
+
+def _outcome(run: Run, rec: StepRecord, result_type: object, policy: str) -> Any:
+    codec = run.services.codec
+    if rec.ok:
+        if policy != "await":
+            return codec.decode(rec.value or b"\xa0")
+        return None if rec.value is None else codec.decode(rec.value, result_type)
+    err = rec.error or ErrorInfo(type="Exception", message="\x00failed\x00")
+    child_id, status, message = [*err.message.split("\x00"), "", "", ""][:3]
+    raise ChildWorkflowError(
+        f"child workflow {child_id!r} {status}: {err.type}: {message}",
+        child_id=child_id,
+        status=status,
+        error_type=err.type,
+        error_message=message,
+    )

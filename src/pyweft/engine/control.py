@@ -1,0 +1,173 @@
+"""Controlling runs from outside: results, cancel, suspend, resume, recovery."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import msgspec
+
+from pyweft.engine import lifecycle
+from pyweft.engine.core import EngineCore
+from pyweft.engine.records import TERMINAL_STATUSES
+from pyweft.engine.recovery import ids_with_status
+from pyweft.engine.visibility import outcome_of
+from pyweft.errors import (
+    EngineClosedError,
+    InvalidArgumentError,
+    ResultTimeoutError,
+    WorkflowTerminalError,
+)
+
+log = logging.getLogger("pyweft.engine")
+
+
+async def result(core: EngineCore, workflow_id: str, timeout: float | None) -> Any:
+    core.services_or_raise()
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
+    delay = 0.005
+    while True:
+        await core.settled(workflow_id)
+        run = core.runs.get(workflow_id)
+        if run is not None:
+            remaining = None if deadline is None else max(0.0, deadline - loop.time())
+            try:
+                async with asyncio.timeout(remaining):
+                    state = await asyncio.shield(run.done)
+            except TimeoutError:
+                raise _result_timeout(workflow_id, timeout) from None
+            except EngineClosedError:
+                core.services_or_raise()
+                continue
+            # Outside the try: a WorkflowTimeoutError is a TimeoutError too.
+            return outcome_of(state, core.codec, core.workflows)
+        state = await core.visibility.state(workflow_id)
+        if state.status in TERMINAL_STATUSES:
+            return outcome_of(state, core.codec, core.workflows)
+        if deadline is not None and loop.time() >= deadline:
+            raise _result_timeout(workflow_id, timeout)
+        # Not driven here (another process, suspended, or recover=False): poll the store.
+        wait = delay if deadline is None else min(delay, max(0.0, deadline - loop.time()))
+        await asyncio.sleep(wait)
+        delay = min(delay * 2, 0.5)
+
+
+def _result_timeout(workflow_id: str, timeout: float | None) -> ResultTimeoutError:
+    return ResultTimeoutError(
+        f"workflow {workflow_id!r} did not finish within {timeout}s; it keeps running — "
+        "call result() again to keep waiting",
+        workflow_id=workflow_id,
+    )
+
+
+async def cancel(core: EngineCore, workflow_id: str) -> None:
+    core.services_or_raise()
+    await core.settled(workflow_id)
+    run = core.runs.get(workflow_id)
+    if run is not None:
+        await run.request_cancel()
+        return
+    core.disarm_pending(workflow_id)
+    new, _ = await lifecycle.transition(
+        core.storage,
+        core.committer,
+        workflow_id,
+        frozenset({"pending", "running", "suspended"}),
+        core.clock.now(),
+        status="cancelled",
+        cancel_requested=True,
+    )
+    if new is not None:
+        core.emit("cancelled", new)
+
+
+async def suspend(core: EngineCore, workflow_id: str) -> None:
+    core.services_or_raise()
+    await core.settled(workflow_id)
+    run = core.runs.get(workflow_id)
+    if run is not None:
+        run.stopping = True
+        try:
+            await run.write_state(
+                msgspec.structs.replace(run.state, status="suspended", updated_at=core.clock.now())
+            )
+        except BaseException:
+            run.stopping = False
+            raise
+        if run.task is not None:
+            run.task.cancel()
+            await asyncio.gather(run.task, return_exceptions=True)
+        core.emit("suspended", run.state)
+        return
+    core.disarm_pending(workflow_id)
+    new, _ = await lifecycle.transition(
+        core.storage,
+        core.committer,
+        workflow_id,
+        frozenset({"pending", "running"}),
+        core.clock.now(),
+        status="suspended",
+    )
+    if new is not None:
+        core.emit("suspended", new)
+
+
+async def resume(core: EngineCore, workflow_id: str) -> None:
+    core.services_or_raise()
+    await core.settled(workflow_id)
+    if workflow_id in core.runs:
+        return
+    new, current = await lifecycle.transition(
+        core.storage,
+        core.committer,
+        workflow_id,
+        frozenset({"suspended"}),
+        core.clock.now(),
+        status="running",
+    )
+    if new is None and current.status in TERMINAL_STATUSES:
+        raise WorkflowTerminalError(
+            f"workflow {workflow_id!r} is {current.status}; it cannot be resumed",
+            workflow_id=workflow_id,
+            status=current.status,
+        )
+    if new is None and current.status == "pending":
+        raise InvalidArgumentError(
+            f"workflow {workflow_id!r} is pending; it starts on its own at its start time"
+        )
+    if new is not None:
+        core.emit("resumed", new)
+    await core.resume_run(workflow_id)
+
+
+async def recover_all(core: EngineCore) -> int:
+    core.services_or_raise()
+    started = time.perf_counter()
+    for workflow_id in await ids_with_status(core.storage, "pending"):
+        if workflow_id not in core.pending_timers:
+            state = await core.visibility.state(workflow_id)
+            if state.status == "pending" and state.type in core.workflows:
+                core.arm_pending(state)
+    ids = [i for i in await ids_with_status(core.storage, "running") if i not in core.runs]
+    resumed = 0
+
+    async def one(workflow_id: str) -> None:
+        nonlocal resumed
+        try:
+            if await core.resume_run(workflow_id):
+                resumed += 1
+        finally:
+            core.loading.pop(workflow_id, None)
+
+    loop = asyncio.get_running_loop()
+    for workflow_id in ids:
+        core.loading[workflow_id] = loop.create_task(one(workflow_id))
+    tasks = [core.loading[i] for i in ids if i in core.loading]
+    if tasks:
+        await asyncio.gather(*tasks)
+    if ids:
+        log.info("recovered %d run(s) in %.1f ms", resumed, (time.perf_counter() - started) * 1e3)
+    return resumed

@@ -1,0 +1,315 @@
+"""The engine's shared internals: registry, live runs, launching and resuming runs.
+
+``Engine`` (the public facade) and the feature modules (creation, control,
+children, maintenance) all work through one ``EngineCore``, so that state such
+as "which runs does this process drive" lives in exactly one place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any, Literal
+
+from pyweft.clock import Clock, TimerHandle
+from pyweft.codec import PayloadCodec, encode_args, payload_size_error
+from pyweft.definitions import ActivityDefinition, WorkflowDefinition, workflow_definition_of
+from pyweft.engine import keys, lifecycle, records
+from pyweft.engine.commit import Committer
+from pyweft.engine.context import WorkflowContext
+from pyweft.engine.events import EventBus, WorkflowEvent
+from pyweft.engine.info import to_datetime
+from pyweft.engine.records import TERMINAL_STATUSES, ErrorInfo, WorkflowState
+from pyweft.engine.recovery import load_run
+from pyweft.engine.run import Run, RunServices
+from pyweft.engine.visibility import Visibility
+from pyweft.errors import (
+    EngineClosedError,
+    VersionMismatchError,
+    WorkflowNotRegisteredError,
+)
+from pyweft.storage.base import Expect, Op, Put, Storage
+
+log = logging.getLogger("pyweft.engine")
+
+
+class EngineCore:
+    """Everything one engine instance shares between its parts."""
+
+    def __init__(
+        self,
+        *,
+        storage: Storage,
+        clock: Clock,
+        codec: PayloadCodec,
+        max_payload_bytes: int,
+        poll_interval: float,
+        version_mismatch: Literal["fail_run", "raise"],
+    ) -> None:
+        self.storage = storage
+        self.clock = clock
+        self.codec = codec
+        self.max_payload_bytes = max_payload_bytes
+        self.poll_interval = poll_interval
+        self.version_mismatch = version_mismatch
+        self.committer = Committer(storage)
+        self.workflows: dict[str, WorkflowDefinition] = {}
+        self.activities: dict[str, ActivityDefinition] = {}
+        self.runs: dict[str, Run] = {}
+        self.loading: dict[str, asyncio.Task[None]] = {}
+        self.pending_timers: dict[str, TimerHandle] = {}
+        self.events = EventBus()
+        self.visibility = Visibility(storage, codec, self.workflows)
+        self.services: RunServices | None = None
+        self.state: Literal["new", "open", "closed"] = "new"
+
+    # --- guards and lookups -----------------------------------------------------------
+
+    def services_or_raise(self) -> RunServices:
+        if self.state != "open" or self.services is None:
+            raise EngineClosedError(
+                "the engine is not running: use `async with Engine(...) as engine:` "
+                "(or await engine.open()) before calling it"
+            )
+        return self.services
+
+    def definition(self, wf: Callable[..., Any] | str) -> WorkflowDefinition:
+        name = wf if isinstance(wf, str) else getattr(workflow_definition_of(wf), "name", None)
+        definition = self.workflows.get(name) if name is not None else None
+        if definition is None or (not isinstance(wf, str) and definition.fn is not wf):
+            shown = name or getattr(wf, "__qualname__", repr(wf))
+            raise WorkflowNotRegisteredError(
+                f"workflow {shown!r} is not registered with this engine (registered: "
+                f"{', '.join(sorted(self.workflows)) or 'none'}). Pass it in "
+                "Engine(workflows=[...]) or call engine.register_workflow().",
+                workflow_type=str(shown),
+            )
+        return definition
+
+    def emit(self, kind: Any, state: WorkflowState, **data: Any) -> None:
+        if self.events.active:
+            self.events.emit(
+                WorkflowEvent(
+                    kind=kind,
+                    workflow_id=state.id,
+                    workflow_type=state.type,
+                    at=to_datetime(self.clock.now()),
+                    data=data,
+                )
+            )
+
+    async def settled(self, workflow_id: str) -> None:
+        """Wait until a run being loaded by recovery is either launched or skipped."""
+        task = self.loading.get(workflow_id)
+        if task is not None:
+            await asyncio.shield(task)
+
+    # --- driving runs -----------------------------------------------------------------
+
+    def launch(self, run: Run) -> None:
+        self.runs[run.id] = run
+        run.task = asyncio.get_running_loop().create_task(
+            self._drive(run), name=f"pyweft-run:{run.id}"
+        )
+
+    async def _drive(self, run: Run) -> None:
+        try:
+            await run.drive(WorkflowContext)
+        except asyncio.CancelledError:
+            pass
+        except BaseException as exc:  # a storage failure or a bug: keep the run resumable
+            if not run.stopping:
+                log.exception("workflow %s stopped without finishing: %s", run.id, exc)
+        finally:
+            if self.runs.get(run.id) is run:
+                del self.runs[run.id]
+            if not run.done.done():
+                if run.state.status in TERMINAL_STATUSES:
+                    run.done.set_result(run.state)
+                else:
+                    run.done.set_exception(
+                        EngineClosedError(
+                            f"workflow {run.id!r} stopped being driven by this engine before it "
+                            "finished; it resumes when an engine recovers it"
+                        )
+                    )
+                    run.done.exception()  # mark retrieved: waiters re-check storage
+
+    async def resume_run(self, workflow_id: str) -> bool:
+        """Load a stored ``running`` run and drive it here. False if it cannot be."""
+        services = self.services_or_raise()
+        loaded = await load_run(self.storage, workflow_id)
+        if loaded is None or loaded.state.status != "running" or workflow_id in self.runs:
+            return False
+        definition = self.workflows.get(loaded.state.type)
+        if definition is None:
+            log.warning(
+                "run %s has workflow type %r, which is not registered; leaving it for "
+                "an engine that has it",
+                workflow_id,
+                loaded.state.type,
+            )
+            return False
+        if loaded.state.version != definition.version:
+            await self._version_mismatch(loaded.state, definition)
+            return False
+        run = Run(
+            services,
+            definition,
+            loaded.state,
+            loaded.state_raw,
+            loaded.journal,
+            loaded.pendings,
+            loaded.applied,
+            loaded.version_pins,
+            loaded.attributes,
+        )
+        self.launch(run)
+        return True
+
+    async def _version_mismatch(self, state: WorkflowState, definition: WorkflowDefinition) -> None:
+        error = VersionMismatchError(
+            f"run {state.id!r} was started by version {state.version!r} of workflow "
+            f"{state.type!r}, but version {definition.version!r} is registered; keep the old "
+            "version deployed until its runs finish, or patch in place with ctx.get_version",
+            workflow_id=state.id,
+            stored_version=state.version,
+            registered_version=definition.version,
+        )
+        if self.version_mismatch == "raise":
+            raise error
+        log.error("%s", error)
+        new, _ = await lifecycle.transition(
+            self.storage,
+            self.committer,
+            state.id,
+            frozenset({"running"}),
+            self.clock.now(),
+            status="failed",
+            error=ErrorInfo(type="VersionMismatchError", message=str(error), code=error.code),
+        )
+        if new is not None:
+            self.emit("failed", new)
+
+    # --- pending (delayed) runs ---------------------------------------------------------
+
+    def arm_pending(self, state: WorkflowState) -> None:
+        """Start a ``pending`` run when its start time comes."""
+        old = self.pending_timers.pop(state.id, None)
+        if old is not None:
+            old.cancel()
+
+        def due() -> None:
+            self.pending_timers.pop(state.id, None)
+            if self.state == "open":
+                asyncio.get_running_loop().create_task(self._begin_pending(state.id))
+
+        self.pending_timers[state.id] = self.clock.call_at(state.start_at or 0.0, due)
+
+    async def _begin_pending(self, workflow_id: str) -> None:
+        try:
+            new, _ = await lifecycle.transition(
+                self.storage,
+                self.committer,
+                workflow_id,
+                frozenset({"pending"}),
+                self.clock.now(),
+                status="running",
+                start_at=None,
+            )
+            if new is not None and workflow_id not in self.runs:
+                await self.resume_run(workflow_id)
+        except Exception:
+            log.exception("could not start pending run %s", workflow_id)
+
+    def disarm_pending(self, workflow_id: str) -> None:
+        timer = self.pending_timers.pop(workflow_id, None)
+        if timer is not None:
+            timer.cancel()
+
+    # --- child workflows (the ChildHost protocol of runs) -------------------------------
+
+    def child_definition(self, wf: Callable[..., Any] | str) -> WorkflowDefinition:
+        return self.definition(wf)
+
+    def child_create(
+        self,
+        parent: Run,
+        definition: WorkflowDefinition,
+        args: tuple[Any, ...],
+        child_id: str,
+        policy: str,
+    ) -> tuple[list[Op], list[Expect], Callable[[], None]]:
+        payload = encode_args(self.codec, args)
+        if len(payload) > self.max_payload_bytes:
+            raise payload_size_error(
+                len(payload), self.max_payload_bytes, what=f"arguments of child {child_id!r}"
+            )
+        now = self.clock.now()
+        state = WorkflowState(
+            id=child_id,
+            type=definition.name,
+            version=definition.version,
+            status="running",
+            args=payload,
+            created_at=now,
+            updated_at=now,
+            parent_id=parent.id,
+            parent_close_policy=policy,
+            depth=parent.state.depth + 1,
+        )
+        raw = records.encode(state)
+        ops, conds = create_ops(state, raw)
+
+        def launch() -> None:
+            self.emit("started", state)
+            if self.state == "open" and self.services is not None:
+                self.launch(Run(self.services, definition, state, raw, {}, {}))
+
+        return ops, conds, launch
+
+    async def wait_terminal(self, workflow_id: str) -> WorkflowState:
+        """The run's terminal state, waiting for it (locally driven or not)."""
+        delay = 0.01
+        while True:
+            await self.settled(workflow_id)
+            run = self.runs.get(workflow_id)
+            if run is not None:
+                try:
+                    return await asyncio.shield(run.done)
+                except EngineClosedError:
+                    pass
+            state = await self.visibility.state(workflow_id)
+            if state.status in TERMINAL_STATUSES:
+                return state
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.poll_interval)
+
+    async def close_children(self, parent: Run) -> None:
+        """Ask still-running children with the await/request_cancel policy to cancel."""
+        from pyweft.engine import control
+
+        rows = await self.storage.scan(f"ix:p:{keys.enc(parent.id)}:")
+        for key, _ in rows:
+            child_id = keys.id_from_index_key(key)
+            raw = await self.storage.get(keys.wf(child_id))
+            if raw is None:
+                continue
+            child = records.decode_state(raw)
+            if child.status in TERMINAL_STATUSES or child.parent_close_policy == "abandon":
+                continue
+            try:
+                await control.cancel(self, child_id)
+            except Exception:
+                log.exception("could not cancel child %s of %s", child_id, parent.id)
+
+
+def create_ops(state: WorkflowState, raw: bytes) -> tuple[list[Op], list[Expect]]:
+    """The writes that create a run, and the condition that it does not exist yet."""
+    ops: list[Op] = [Put(key=keys.wf(state.id), value=raw)]
+    index = keys.index_keys(state.id, state.type, state.status, state.created_at)
+    index += keys.extra_index_keys(state.id, state.created_at, state.parent_id, state.tags)
+    index.append(keys.updated_index(state.id, state.updated_at))
+    ops += [Put(key=k, value=b"") for k in index]
+    return ops, [Expect(key=keys.wf(state.id), value=None)]

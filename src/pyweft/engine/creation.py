@@ -1,0 +1,161 @@
+"""Creating runs: ``start``, ``start_or_signal`` and idempotent starts.
+
+A run's state, its index entries, its idempotency mapping and (for
+``start_or_signal``) its first signal are written in ONE conditional batch,
+so a start either fully happened or did not happen at all.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from pyweft.codec import encode_args, payload_size_error
+from pyweft.durations import parse_optional_duration
+from pyweft.engine import keys, records
+from pyweft.engine.core import EngineCore, create_ops
+from pyweft.engine.records import WorkflowState
+from pyweft.engine.run import Run
+from pyweft.engine.signals import SignalSender
+from pyweft.errors import (
+    IdempotencyKeySpentError,
+    InvalidArgumentError,
+    WorkflowAlreadyExistsError,
+)
+from pyweft.storage.base import Expect, Put
+
+MAX_ID_BYTES = 255
+
+
+def check_id(value: object, what: str) -> str:
+    if not isinstance(value, str) or not value or len(value.encode()) > MAX_ID_BYTES:
+        raise InvalidArgumentError(
+            f"{what} must be a non-empty string of at most {MAX_ID_BYTES} UTF-8 bytes, "
+            f"got {value!r}"
+        )
+    return value
+
+
+def start_time(now: float, start_delay: Any, start_at: datetime | float | None) -> float | None:
+    if start_delay is not None and start_at is not None:
+        raise InvalidArgumentError("pass start_delay= or start_at=, not both")
+    if start_delay is not None:
+        delay = parse_optional_duration(start_delay, field="start_delay")
+        return None if delay is None else now + delay
+    if start_at is None:
+        return None
+    if isinstance(start_at, datetime):
+        if start_at.tzinfo is None:
+            raise InvalidArgumentError("start_at must be a timezone-aware datetime")
+        return start_at.timestamp()
+    if isinstance(start_at, int | float) and not isinstance(start_at, bool):
+        return float(start_at)
+    raise InvalidArgumentError(f"start_at must be an aware datetime or epoch seconds: {start_at!r}")
+
+
+async def create(
+    core: EngineCore,
+    signals: SignalSender,
+    wf: Callable[..., Any] | str,
+    args: tuple[Any, ...],
+    *,
+    id: str | None,
+    idempotency_key: str | None = None,
+    on_conflict: str = "fail",
+    execution_timeout: Any = None,
+    start_delay: Any = None,
+    start_at: datetime | float | None = None,
+    tags: Sequence[str] = (),
+    first_signal: tuple[str, object, str | None] | None = None,
+) -> tuple[str, bool]:
+    """Build and commit a run's create batch. Returns ``(workflow id, created)``."""
+    services = core.services_or_raise()
+    definition = core.definition(wf)
+    if on_conflict not in ("fail", "use_existing"):
+        raise InvalidArgumentError(
+            f"on_conflict must be 'fail' or 'use_existing', got {on_conflict!r}"
+        )
+    if id is not None and idempotency_key is not None:
+        raise InvalidArgumentError(
+            "pass either id= or idempotency_key=, not both: an idempotency key chooses the run"
+        )
+    workflow_id = check_id(id, "id") if id is not None else str(uuid.uuid4())
+    if idempotency_key is not None:
+        check_id(idempotency_key, "idempotency_key")
+    tag_list = sorted(set(tags))
+    if any(not isinstance(t, str) or not t or len(t) > 100 for t in tag_list):
+        raise InvalidArgumentError("tags must be non-empty strings of at most 100 characters")
+    payload = encode_args(core.codec, args)
+    if len(payload) > core.max_payload_bytes:
+        raise payload_size_error(
+            len(payload), core.max_payload_bytes, what=f"arguments of {definition.name!r}"
+        )
+    now = core.clock.now()
+    timeout_s = parse_optional_duration(execution_timeout, field="execution_timeout")
+    begin = start_time(now, start_delay, start_at)
+    status = "pending" if begin is not None and begin > now else "running"
+    state = WorkflowState(
+        id=workflow_id,
+        type=definition.name,
+        version=definition.version,
+        status=status,
+        args=payload,
+        created_at=now,
+        updated_at=now,
+        idempotency_key=idempotency_key,
+        start_at=begin if status == "pending" else None,
+        deadline=None if timeout_s is None else max(now, begin or now) + timeout_s,
+        tags=tag_list,
+    )
+    raw = records.encode(state)
+    ops, conditions = create_ops(state, raw)
+    if idempotency_key is not None:
+        idem = keys.idempotency(idempotency_key)
+        ops.append(Put(key=idem, value=workflow_id.encode()))
+        conditions.append(Expect(key=idem, value=None))
+    if first_signal is not None:
+        name, signal_payload, signal_id = first_signal
+        data = signals.encode(signal_payload)
+        signal_ops, signal_conds = signals.start_ops(workflow_id, name, data, signal_id, now)
+        ops += signal_ops
+        conditions += signal_conds
+    if not await core.committer.commit(ops, conditions):
+        if first_signal is not None:
+            return workflow_id, False
+        return await _conflict(core, workflow_id, idempotency_key, on_conflict), False
+    core.emit("started", state)
+    if status == "pending":
+        core.arm_pending(state)
+    else:
+        core.launch(Run(services, definition, state, raw, {}, {}))
+    return workflow_id, True
+
+
+async def _conflict(
+    core: EngineCore, workflow_id: str, idempotency_key: str | None, on_conflict: str
+) -> str:
+    if idempotency_key is not None:
+        existing = await core.storage.get(keys.idempotency(idempotency_key))
+        if existing is not None:
+            mapped = existing.decode()
+            if await core.storage.get(keys.wf(mapped)) is None:
+                raise IdempotencyKeySpentError(
+                    f"idempotency key {idempotency_key!r} already started run {mapped!r}, which "
+                    "has since been purged; the key is spent and will not start another run",
+                    idempotency_key=idempotency_key,
+                    workflow_id=mapped,
+                )
+            return mapped
+        raise WorkflowAlreadyExistsError(
+            f"a run with the generated id {workflow_id!r} already exists; retry the start",
+            workflow_id=workflow_id,
+        )
+    if on_conflict == "use_existing":
+        return workflow_id
+    raise WorkflowAlreadyExistsError(
+        f"a workflow run with id {workflow_id!r} already exists; choose another id or pass "
+        "on_conflict='use_existing' to get its handle",
+        workflow_id=workflow_id,
+    )
