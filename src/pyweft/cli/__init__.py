@@ -7,8 +7,9 @@ The app itself lives in :mod:`pyweft.cli.main`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
-from typing import Annotated, Any, TypeVar
+import json
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 
@@ -34,13 +35,44 @@ JsonOption = Annotated[
 ]
 
 
-def run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a command's coroutine; a pyweft error becomes one red line and exit code 1."""
+def run(
+    coro: Coroutine[Any, Any, T], *, on_error: Callable[[PyweftError], None] | None = None
+) -> T:
+    """Run a command's coroutine; a pyweft error becomes one red line and exit code 1.
+
+    ``on_error`` may add what to do next (a hint on stderr, JSON on stdout).
+    """
     try:
         return asyncio.run(coro)
     except PyweftError as exc:
         render.error(exc.code, str(exc))
+        if on_error is not None:
+            on_error(exc)
         raise typer.Exit(1) from None
 
 
-__all__ = ["DATABASE_ENV", "DbOption", "JsonOption", "run"]
+def bad_parameter(message: str) -> NoReturn:
+    """A command-line argument is unusable: one red line, exit code 2, nothing done."""
+    render.error("BadParameter", message)
+    raise typer.Exit(2)
+
+
+def json_argument(text: str, what: str) -> Any:
+    """Parse a JSON argument before anything is opened or sent."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        bad_parameter(
+            f"{what} is not valid JSON ({exc.msg} at column {exc.colno}): {text!r}. Pass JSON "
+            """text, e.g. '"hello"' (a string, quotes included), 42 or '{"qty": 2}'"""
+        )
+
+
+__all__ = [
+    "DATABASE_ENV",
+    "DbOption",
+    "JsonOption",
+    "bad_parameter",
+    "json_argument",
+    "run",
+]

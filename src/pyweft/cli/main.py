@@ -1,4 +1,4 @@
-"""The ``pyweft`` typer app: ``version``, ``doctor``, ``demo`` and ``workflows``."""
+"""The ``pyweft`` typer app: ``version``, ``doctor``, ``demo``, ``workflows`` and ``reviews``."""
 
 from __future__ import annotations
 
@@ -7,11 +7,12 @@ import platform
 import typer
 
 import pyweft
-from pyweft.cli import demo, doctor, render, workflows
+from pyweft.cli import demo, doctor, render, reviews, workflows
 
 app = typer.Typer(
     name="pyweft",
-    help="Durable execution for Python: inspect stores and runs, or try the demo.",
+    help="Durable execution for Python: inspect stores and runs, message them, decide reviews, "
+    "or try the demo.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_show_locals=False,  # locals may hold connection strings
@@ -19,6 +20,7 @@ app = typer.Typer(
 app.command("doctor")(doctor.doctor)
 app.command("demo")(demo.demo)
 app.add_typer(workflows.app, name="workflows")
+app.add_typer(reviews.app, name="reviews")
 
 
 @app.command("version")

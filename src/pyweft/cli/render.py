@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from pyweft import ErrorInfo, StepInfo, WorkflowInfo
+from pyweft import ErrorInfo, HistoryEvent, ReviewInfo, StepInfo, WorkflowInfo
 
 STATUS_STYLES = {
     "completed": "green",
@@ -24,6 +24,15 @@ STATUS_STYLES = {
     "failed": "red",
     "timed_out": "red",
     "cancelled": "yellow",
+    "suspended": "yellow",
+    "pending": "cyan",
+    "approved": "green",
+    "rejected": "red",
+    "needs_changes": "yellow",
+    "expired": "red",
+    "step_completed": "green",
+    "step_failed": "red",
+    "step_open": "cyan",
 }
 
 
@@ -38,6 +47,11 @@ def error(code: str, message: str) -> None:
     Console(stderr=True, highlight=False, soft_wrap=True).print(
         f"[bold red]error:[/] [red]{escape(code)}: {escape(line)}[/]"
     )
+
+
+def hint(message: str) -> None:
+    """Print what to do next on one plain line of stderr (after an :func:`error`)."""
+    Console(stderr=True, highlight=False, soft_wrap=True).print(escape(" ".join(message.split())))
 
 
 # --- JSON ---------------------------------------------------------------------------
@@ -94,6 +108,27 @@ def step_dict(step: StepInfo) -> dict[str, Any]:
         "result": step.result,
         "error": error_dict(step.error),
         "next_attempt_at": step.next_attempt_at,
+    }
+
+
+def event_dict(event: HistoryEvent) -> dict[str, Any]:
+    return {"at": event.at, "kind": event.kind, "step": event.step, "detail": event.detail}
+
+
+def review_dict(review: ReviewInfo) -> dict[str, Any]:
+    return {
+        "review_id": review.review_id,
+        "workflow_id": review.workflow_id,
+        "workflow_type": review.workflow_type,
+        "review_type": review.review_type,
+        "status": review.status,
+        "reviewers": review.reviewers,
+        "artifact": review.artifact,
+        "created_at": review.created_at,
+        "deadline": review.deadline,
+        "reviewer": review.reviewer,
+        "feedback": review.feedback,
+        "decided_at": review.decided_at,
     }
 
 
@@ -182,3 +217,54 @@ def steps_table(steps: list[StepInfo], day: datetime) -> Table:
 def value_text(value: object) -> str:
     """A result value on one line, as compact JSON."""
     return msgspec.json.encode(value, enc_hook=_json_fallback).decode()
+
+
+def events_table(events: list[HistoryEvent], day: datetime) -> Table:
+    """A run's events in order; times show the date only when it is not ``day``."""
+    table = Table(show_edge=False, pad_edge=False, header_style="bold")
+    table.add_column("at", no_wrap=True)
+    table.add_column("event", no_wrap=True)
+    table.add_column("step", justify="right", no_wrap=True)
+    table.add_column("detail", overflow="fold")
+    for event in events:
+        table.add_row(
+            clock_time(event.at, day),
+            status_text(event.kind),
+            "" if event.step is None else str(event.step),
+            escape(event.detail),
+        )
+    return table
+
+
+def short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def reviews_table(reviews: list[ReviewInfo]) -> Table:
+    table = Table(show_edge=False, pad_edge=False, header_style="bold")
+    table.add_column("review id", no_wrap=True)
+    table.add_column("workflow", overflow="fold")
+    table.add_column("type", overflow="fold")
+    table.add_column("status", no_wrap=True)
+    table.add_column("reviewers", overflow="fold")
+    table.add_column("requested", no_wrap=True)
+    table.add_column("decided", overflow="fold")
+    table.add_column("artifact", overflow="fold")
+    for review in reviews:
+        decided = ""
+        if review.decided_at is not None:
+            decided = clock_time(review.decided_at, review.created_at)
+            decided += f" by {review.reviewer}" if review.reviewer else ""
+        elif review.deadline is not None:
+            decided = f"due {clock_time(review.deadline, review.created_at)}"
+        table.add_row(
+            escape(review.review_id),
+            escape(review.workflow_id),
+            escape(review.review_type),
+            status_text(review.status),
+            escape(", ".join(review.reviewers)),
+            when(review.created_at),
+            escape(decided),
+            escape(short(value_text(review.artifact))),
+        )
+    return table

@@ -71,11 +71,24 @@ async def cancel(core: EngineCore, workflow_id: str) -> None:
         await run.request_cancel()
         return
     core.disarm_pending(workflow_id)
+    # A running run may be driven by another process: record the request and wake that
+    # engine, which delivers it (or the next engine to recover the run does).
+    requested, current = await lifecycle.transition(
+        core.storage,
+        core.committer,
+        workflow_id,
+        frozenset({"running"}),
+        core.clock.now(),
+        wake=True,
+        cancel_requested=True,
+    )
+    if requested is not None or current.status not in ("pending", "suspended"):
+        return  # the request is recorded, or the run already finished
     new, _ = await lifecycle.transition(
         core.storage,
         core.committer,
         workflow_id,
-        frozenset({"pending", "running", "suspended"}),
+        frozenset({"pending", "suspended"}),
         core.clock.now(),
         status="cancelled",
         cancel_requested=True,
@@ -109,6 +122,7 @@ async def suspend(core: EngineCore, workflow_id: str) -> None:
         workflow_id,
         frozenset({"pending", "running"}),
         core.clock.now(),
+        wake=True,
         status="suspended",
     )
     if new is not None:
@@ -126,6 +140,7 @@ async def resume(core: EngineCore, workflow_id: str) -> None:
         workflow_id,
         frozenset({"suspended"}),
         core.clock.now(),
+        wake=True,  # an engine in another process may be the one to drive it
         status="running",
     )
     if new is None and current.status in TERMINAL_STATUSES:

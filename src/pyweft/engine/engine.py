@@ -38,6 +38,7 @@ from pyweft.engine.run import RunServices
 from pyweft.engine.signals import SignalSender
 from pyweft.engine.updates import OMITTED, UpdateClient
 from pyweft.engine.visibility import Group, History
+from pyweft.engine.wakeups import WakeupPoller
 from pyweft.errors import (
     ConfigurationError,
     DefinitionError,
@@ -145,6 +146,7 @@ class Engine:
         self._recover = recover
         self._activity_threads = activity_threads
         self._executor: ThreadPoolExecutor | None = None
+        self._wakeups = WakeupPoller(self._core, adopt_orphans=recover)
         self._sweeper = maintenance.RetentionSweeper(
             self._core, kept, sweep_every, retention_batch_size
         )
@@ -249,6 +251,7 @@ class Engine:
             await self.shutdown()
             raise
         self._sweeper.start()
+        self._wakeups.start()
 
     async def _check_schema(self) -> None:
         storage, committer = self._core.storage, self._core.committer
@@ -280,6 +283,7 @@ class Engine:
             return
         core.state = "closed"
         self._sweeper.stop()
+        await self._wakeups.stop()
         for timer in core.pending_timers.values():
             timer.cancel()
         core.pending_timers.clear()

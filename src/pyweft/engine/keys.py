@@ -34,11 +34,13 @@ Layout (``{id}`` is an encoded workflow id):
 ``upk:{id}:{key}``                    update idempotency key -> update id
 ``upo:{update_id}``                   update id -> workflow id
 ``review:{review_id}``                a human review request and its decision
+``wake:{id}``                         another process wrote something this run must see
 ``rvix:{status}:{created16}:{review_id}``  reviews by status
 """
 
 from __future__ import annotations
 
+import uuid
 from urllib.parse import quote, unquote
 
 SCHEMA_KEY = "meta:schema"
@@ -46,7 +48,7 @@ SCHEMA_VERSION = 1
 
 RESERVED_PREFIXES = (
     "meta:", "wf:", "ix:", "idem:", "sig:", "sigseq:", "sigres:", "upd:", "upr:", "upk:", "upo:",
-    "review:", "rvix:",
+    "review:", "rvix:", "wake:",
 )  # fmt: skip
 
 
@@ -209,3 +211,12 @@ def updated_index(workflow_id: str, updated_at: float) -> str:
 
 def end_index(status: str, ended_at: float, workflow_id: str) -> str:
     return f"ix:end:{status}:{ts16(ended_at)}:{enc(workflow_id)}"
+
+
+def wake(workflow_id: str) -> str:
+    return "wake:" + enc(workflow_id)
+
+
+def wake_value() -> bytes:
+    """A fresh marker value, so deleting a handled marker never swallows a newer one."""
+    return uuid.uuid4().bytes

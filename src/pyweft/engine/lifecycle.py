@@ -24,13 +24,16 @@ async def transition(
     workflow_id: str,
     allowed_from: frozenset[str],
     now: float,
+    *,
+    wake: bool = False,
     **changes: object,
 ) -> tuple[WorkflowState | None, WorkflowState]:
     """Move a stored run to new field values if its status is in ``allowed_from``.
 
     Returns ``(new_state, current_state)``; ``new_state`` is ``None`` when the
     run's status did not allow the change (nothing written). Retries when the
-    record changes under it.
+    record changes under it. ``wake`` also leaves a wake-up for the engine that
+    may be driving the run in another process.
     """
     while True:
         raw = await storage.get(keys.wf(workflow_id))
@@ -44,6 +47,8 @@ async def transition(
             new = msgspec.structs.replace(new, ended_at=now)
         ops: list[Op] = [Put(key=keys.wf(workflow_id), value=records.encode(new))]
         ops += status_change_ops(state, new)
+        if wake:
+            ops.append(Put(key=keys.wake(workflow_id), value=keys.wake_value()))
         if new.status in records.TERMINAL_STATUSES:
             for key, _ in await storage.scan(keys.wf(workflow_id) + ":p:"):
                 ops.append(Delete(key=key))

@@ -315,6 +315,8 @@ class ReviewDesk:
                 feedback=feedback,
                 decided_at=self._services.clock.now(),
             )
+            if record.workflow_id not in self._runs:
+                ops.append(Put(key=keys.wake(record.workflow_id), value=keys.wake_value()))
             if await self._services.committer.commit(ops, [Expect(key=key, value=raw)]):
                 break
         run = self._runs.get(record.workflow_id)

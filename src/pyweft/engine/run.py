@@ -401,6 +401,17 @@ class Run:
         """True while the workflow waits on a live step (activity, timer, message)."""
         return self._live_ops > 0
 
+    async def adopt_state(self, state: WorkflowState, raw: bytes) -> None:
+        """Take a state written by another process (e.g. a cancel request) as current."""
+        async with self._lock:
+            self.state, self.state_raw = state, raw
+        if state.cancel_requested and not self.cancel_requested:
+            self.cancel_requested = True
+            self.emit("cancel_requested")
+            if self._live_ops > 0 and self.task is not None:
+                self.cancel_delivered = True
+                self.task.cancel()
+
     async def request_cancel(self) -> None:
         """Record the cancel request durably, then interrupt the live step, if any."""
         async with self._lock:
@@ -526,7 +537,7 @@ class Run:
             new = msgspec.structs.replace(
                 old, status=status, result=result, error=error, updated_at=now, ended_at=now
             )
-            ops: list[Op] = []
+            ops: list[Op] = [Delete(key=keys.wake(self.id))]
             for step in sorted(self._open_pendings):
                 ops.append(Delete(key=keys.pending(self.id, step)))
             staged, self.staged = self.staged, {}

@@ -225,6 +225,8 @@ class SignalSender:
             if accepted is not None:
                 ops.append(Put(key=accepted, value=key.encode()))
                 conds.append(Expect(key=accepted, value=None))
+            if workflow_id not in self.runs:  # driven elsewhere (or nowhere): leave a wake-up
+                ops.append(Put(key=keys.wake(workflow_id), value=keys.wake_value()))
             if await self.services.committer.commit(ops, conds):
                 run = self.runs.get(workflow_id)
                 if run is not None:

@@ -393,6 +393,8 @@ class UpdateClient:
                 Put(key=keys.update_owner(update_id), value=workflow_id.encode()),
             ]
             conds = [Expect(key=keys.wf(workflow_id), value=state_raw)]
+            if run is None:  # driven elsewhere (or nowhere): leave a wake-up
+                ops.append(Put(key=keys.wake(workflow_id), value=keys.wake_value()))
             if idem is not None:
                 ops.append(Put(key=idem, value=update_id.encode()))
                 conds.append(Expect(key=idem, value=None))

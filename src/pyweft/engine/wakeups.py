@@ -1,0 +1,87 @@
+"""Wake-ups: how a run driven by one process hears about writes made by another.
+
+A signal, update, review decision, cancel or suspend written by a process that
+does not drive the run also writes ``wake:{id}`` in the same batch. Every
+engine scans ``wake:`` once per poll interval and, for runs it drives, reloads
+what changed, wakes the run, and deletes the marker. One scan serves every
+run, however many are parked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from pyweft.engine import keys, records
+from pyweft.engine.core import EngineCore
+from pyweft.engine.run import Run
+from pyweft.storage.base import Delete, Expect
+
+log = logging.getLogger("pyweft.wakeups")
+
+_BATCH = 1000
+
+
+class WakeupPoller:
+    """Scans for wake markers of runs this engine drives."""
+
+    def __init__(self, core: EngineCore, *, adopt_orphans: bool) -> None:
+        self._core = core
+        # With one engine per store (and recovery on), a running run that nobody here
+        # drives (e.g. resumed from the CLI) is ours to pick up.
+        self._adopt_orphans = adopt_orphans
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name="pyweft-wakeups")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._core.poll_interval)
+            try:
+                await self.poll()
+            except Exception:
+                log.exception("wake-up poll failed; trying again next interval")
+
+    async def poll(self) -> int:
+        """Handle every wake marker of a run driven here. Returns how many."""
+        core = self._core
+        handled = 0
+        for key, raw in await core.storage.scan("wake:", limit=_BATCH):
+            workflow_id = keys.dec(key[len("wake:") :])
+            run = core.runs.get(workflow_id)
+            if run is None:
+                if not self._adopt_orphans or not await core.resume_run(workflow_id):
+                    continue
+            else:
+                await wake(core, run)
+            await core.committer.commit([Delete(key=key)], [Expect(key=key, value=raw)])
+            handled += 1
+        return handled
+
+
+async def wake(core: EngineCore, run: Run) -> None:
+    """Bring a live run up to date with its stored state, then let it look again."""
+    raw = await core.storage.get(keys.wf(run.id))
+    if raw is not None and raw != run.state_raw:
+        state = records.decode_state(raw)
+        if state.status != "running":
+            # Suspended, or finished by someone else: stop driving without writing.
+            run.stopping = True
+            if run.task is not None:
+                run.task.cancel()
+            return
+        await run.adopt_state(state, raw)
+    run.updates_dirty = True
+    run.signal_cache.clear()
+    run.notify()
+    if run.update_handlers and not run.replaying:
+        from pyweft.engine.updates import process_updates
+
+        asyncio.get_running_loop().create_task(process_updates(run))
