@@ -133,6 +133,7 @@ class Run:
         self.updates_dirty = True  # there may be update requests we have not looked at
         self.signal_cache: dict[str, list[tuple[str, bytes]]] = {}
         self.signal_synced: set[str] = set()
+        self.signal_arrivals: dict[str, int] = {}
         self._next_step = 0
         self._live_ops = 0
         self._open_pendings: set[int] = set(pendings)

@@ -126,12 +126,14 @@ def _timeout(run: Run, step: int, name: str) -> WaitTimeoutError:
 async def _next_signal(run: Run, name: str) -> tuple[str, bytes] | None:
     cache = run.signal_cache.get(name)
     if not cache:
+        arrivals = run.signal_arrivals.get(name, 0)
+        run.signal_synced.discard(name)
         rows = await run.services.storage.scan(keys.signal_prefix(run.id, name), limit=_SCAN_BATCH)
         cache = run.signal_cache[name] = list(reversed(rows))  # pop() takes the oldest
-        if len(rows) < _SCAN_BATCH:
+        # The cache is complete only if it holds everything buffered: no more than one
+        # batch, and no signal committed while the scan ran (it may be missing from it).
+        if len(rows) < _SCAN_BATCH and run.signal_arrivals.get(name, 0) == arrivals:
             run.signal_synced.add(name)
-        else:
-            run.signal_synced.discard(name)
     return cache[-1] if cache else None
 
 
@@ -145,6 +147,7 @@ def _drop(run: Run, name: str, key: str) -> None:
 
 def buffered(run: Run, name: str, key: str, raw: bytes) -> None:
     """A signal was just committed for this run: add it to the cache if the cache is complete."""
+    run.signal_arrivals[name] = run.signal_arrivals.get(name, 0) + 1
     cache = run.signal_cache.get(name)
     if cache is not None and name in run.signal_synced and (not cache or cache[0][0] < key):
         cache.insert(0, (key, raw))
