@@ -29,6 +29,11 @@ class WorkflowInfo:
     result: Any = None
     error: ErrorInfo | None = None
     cancel_requested: bool = False
+    parent_id: str | None = None
+    tags: list[str] = field(default_factory=list)
+    attributes: dict[str, Any] | None = None  # filled by describe(), not by list()
+    forked_from: str | None = None
+    forked_at_step: int | None = None
 
     @property
     def is_terminal(self) -> bool:

@@ -45,9 +45,9 @@ async def memo(run: Run, step: int, key: str, fn: Callable[[], Any]) -> Any:
 def get_version(run: Run, change_id: str, min_supported: int, max_supported: int) -> int:
     """The version pinned for ``change_id`` in this run (pinning it on first use).
 
-    A run reaching this point for the first time while still replaying steps
-    recorded by older code gets ``min_supported``; a run at its live frontier
-    gets ``max_supported``. The pin is written with the run's next commit and
+    A run reaching this point for the first time while it still has progress
+    recorded ahead of it (journal steps or open steps from older code) gets
+    ``min_supported``; a run at its live frontier gets ``max_supported``. The pin is written with the run's next commit and
     never changes afterwards.
     """
     if not (isinstance(min_supported, int) and isinstance(max_supported, int)):
@@ -58,7 +58,8 @@ def get_version(run: Run, change_id: str, min_supported: int, max_supported: int
         )
     pinned = run.version_pins.get(change_id)
     if pinned is None:
-        pinned = min_supported if run.replaying else max_supported
+        recorded_ahead = run.replaying or bool(run.pendings)
+        pinned = min_supported if recorded_ahead else max_supported
         run.version_pins[change_id] = pinned
         key = keys.version_pin(run.id, change_id)
         run.staged[key] = Put(key=key, value=str(pinned).encode())

@@ -228,7 +228,13 @@ class Run:
     # --- waiting ----------------------------------------------------------------------
 
     async def live(self, aw: Any) -> Any:
-        """Await a live operation that a cancel request may interrupt."""
+        """Await a live operation that a cancel request may interrupt.
+
+        Staged writes (attributes, version pins) are flushed first, so what the
+        workflow set is visible while it waits, however long that is.
+        """
+        if self.staged and RACE_BRANCH.get() is None:
+            await self.flush_staged()
         self._live_ops += 1
         try:
             return await aw

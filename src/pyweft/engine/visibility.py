@@ -115,7 +115,13 @@ class Visibility:
         except PyweftError:
             return self._codec.decode(state.result)
 
-    def _info(self, state: WorkflowState, step_count: int | None, updated: float) -> WorkflowInfo:
+    def _info(
+        self,
+        state: WorkflowState,
+        step_count: int | None,
+        updated: float,
+        attrs: dict[str, Any] | None = None,
+    ) -> WorkflowInfo:
         return WorkflowInfo(
             id=state.id,
             workflow_type=state.type,
@@ -127,6 +133,11 @@ class Visibility:
             result=self._result(state),
             error=state.error,
             cancel_requested=state.cancel_requested,
+            parent_id=state.parent_id,
+            tags=list(state.tags),
+            attributes=attrs,
+            forked_from=state.forked_from,
+            forked_at_step=state.forked_at_step,
         )
 
     async def describe(self, workflow_id: str) -> WorkflowInfo:
@@ -134,7 +145,7 @@ class Visibility:
         if loaded is None:
             raise not_found(workflow_id)
         updated = max([loaded.state.updated_at, *(r.finished_at for r in loaded.journal.values())])
-        return self._info(loaded.state, len(loaded.journal), updated)
+        return self._info(loaded.state, len(loaded.journal), updated, dict(loaded.attributes))
 
     async def history(self, workflow_id: str) -> History:
         loaded = await load_run(self._storage, workflow_id)

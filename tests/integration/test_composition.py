@@ -1,0 +1,228 @@
+"""ctx.all / ctx.race, children, sagas and recorded values."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from pyweft import (
+    ActivityError,
+    ChildWorkflowError,
+    RetryPolicy,
+    WorkflowContext,
+    activity,
+    workflow,
+)
+from support.backends import Backend
+from support.poll import eventually
+
+ran: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    ran.clear()
+
+
+@activity
+async def job(name: str) -> str:
+    ran.append(name)
+    return name.upper()
+
+
+@activity(retry=RetryPolicy(max_attempts=1))
+async def broken(name: str) -> str:
+    ran.append(name)
+    raise RuntimeError(f"{name} broke")
+
+
+@activity
+async def slow(name: str) -> str:
+    ran.append(f"start {name}")
+    try:
+        await asyncio.Event().wait()
+    except asyncio.CancelledError:
+        ran.append(f"cancelled {name}")
+        raise
+    return name
+
+
+async def test_all_returns_results_in_order_and_keeps_finished_branches(
+    backend: Backend,
+) -> None:
+    @workflow(name="fan")
+    async def fan(ctx: WorkflowContext) -> list[str]:
+        try:
+            await ctx.all(ctx.run(job, "a"), ctx.run(broken, "b"), ctx.run(job, "c"))
+        except ActivityError as err:
+            assert err.error_message == "b broke"
+        await ctx.sleep(5)
+        return list(await ctx.all(ctx.run(job, "d"), ctx.run(job, "e")))
+
+    async with backend.engine(workflows=[fan]) as engine:
+        await engine.start(fan, id="fan")
+        await eventually(lambda: backend.clock.pending_timers() == 1, what="asleep")
+    assert sorted(ran) == ["a", "b", "c"]
+    async with backend.engine(workflows=[fan]) as engine:
+        await eventually(lambda: backend.clock.pending_timers() == 1, what="asleep again")
+        backend.clock.advance(5)
+        assert await engine.get_handle("fan").result(timeout=5) == ["D", "E"]
+    assert sorted(ran) == ["a", "b", "c", "d", "e"]  # a and c did not run again
+
+
+async def test_all_keyed_returns_a_mapping(backend: Backend) -> None:
+    @workflow(name="keyed")
+    async def keyed(ctx: WorkflowContext) -> dict[str, str]:
+        return await ctx.all_keyed({"x": ctx.run(job, "x"), "y": ctx.run(job, "y")})
+
+    async with backend.engine(workflows=[keyed]) as engine:
+        assert await (await engine.start(keyed)).result(timeout=5) == {"x": "X", "y": "Y"}
+
+
+async def test_race_cancels_losers_and_replays_the_winner(backend: Backend) -> None:
+    @workflow(name="racer")
+    async def racer(ctx: WorkflowContext) -> str:
+        winner = await ctx.race(ctx.run(slow, "loser"), ctx.sleep(10))
+        await ctx.sleep(20)
+        return f"winner={winner}"
+
+    async with backend.engine(workflows=[racer]) as engine:
+        await engine.start(racer, id="race")
+        await eventually(lambda: "start loser" in ran, what="activity started")
+        await eventually(lambda: backend.clock.pending_timers() == 1, what="race sleep armed")
+        backend.clock.advance(10)
+        await eventually(lambda: "cancelled loser" in ran, what="loser cancelled")
+        await eventually(lambda: backend.clock.pending_timers() == 1, what="second sleep")
+    ran.clear()
+    async with backend.engine(workflows=[racer]) as engine:
+        await eventually(lambda: backend.clock.pending_timers() == 1, what="second sleep again")
+        backend.clock.advance(20)
+        assert await engine.get_handle("race").result(timeout=5) == "winner=None"
+    assert ran == []  # the losing activity was not started again on replay
+
+
+async def test_losing_signal_wait_does_not_consume_the_signal(backend: Backend) -> None:
+    @workflow(name="maybe_signal")
+    async def maybe_signal(ctx: WorkflowContext) -> list[object]:
+        key, value = await ctx.race_keyed(
+            {"timeout": ctx.sleep(5), "signal": ctx.wait_for_signal("go")}
+        )
+        later = await ctx.wait_for_signal("go")
+        return [key, value, later]
+
+    async with backend.engine(workflows=[maybe_signal]) as engine:
+        handle = await engine.start(maybe_signal)
+        await eventually(lambda: backend.clock.pending_timers() == 1, what="racing")
+        backend.clock.advance(5)
+        await eventually(lambda: backend.clock.pending_timers() == 0, what="race over")
+        await asyncio.sleep(0.02)
+        await handle.signal("go", "kept")
+        assert await handle.result(timeout=5) == ["timeout", None, "kept"]
+
+
+async def test_child_result_and_failure_come_back_to_the_parent(backend: Backend) -> None:
+    @workflow(name="kid")
+    async def kid(ctx: WorkflowContext, n: int) -> int:
+        if n < 0:
+            raise ValueError("negative")
+        await ctx.sleep(1)
+        return n * 10
+
+    @workflow(name="parent")
+    async def parent(ctx: WorkflowContext) -> list[object]:
+        good = await ctx.start_child(kid, 4)
+        try:
+            await ctx.start_child(kid, -1)
+        except ChildWorkflowError as err:
+            bad = f"{err.error_type}: {err.error_message}"
+        return [good, bad]
+
+    async with backend.engine(workflows=[kid, parent]) as engine:
+        handle = await engine.start(parent, id="p")
+        await eventually(lambda: backend.clock.pending_timers() == 1, what="child asleep")
+    async with backend.engine(workflows=[kid, parent]) as engine:  # both sides restart
+        await eventually(lambda: backend.clock.pending_timers() == 1, what="child re-armed")
+        backend.clock.advance(1)
+        assert await engine.get_handle("p").result(timeout=5) == [40, "ValueError: negative"]
+        children = await engine.list(parent_id="p")
+        assert sorted(c.id for c in children.items) == ["p/1", "p/2"]
+        assert handle.id == "p"
+
+
+async def test_parent_close_policies(backend: Backend) -> None:
+    @workflow(name="sleeper")
+    async def sleeper(ctx: WorkflowContext) -> None:
+        await ctx.sleep("1d")
+
+    @workflow(name="boss")
+    async def boss(ctx: WorkflowContext) -> list[str]:
+        a = await ctx.start_child(sleeper, id="abandoned", parent_close_policy="abandon")
+        b = await ctx.start_child(sleeper, id="cancelled", parent_close_policy="request_cancel")
+        return [a, b]
+
+    async with backend.engine(workflows=[sleeper, boss]) as engine:
+        assert await (await engine.start(boss)).result(timeout=5) == ["abandoned", "cancelled"]
+
+        async def settled() -> bool:
+            return (await engine.describe("cancelled")).status == "cancelled"
+
+        await eventually(settled, what="request_cancel child cancelled")
+        assert (await engine.describe("abandoned")).status == "running"
+
+
+async def test_saga_compensates_in_reverse_and_reraises(backend: Backend) -> None:
+    @workflow(name="trip")
+    async def trip(ctx: WorkflowContext) -> str:
+        try:
+            async with ctx.saga() as saga:
+                await saga.run(job, "flight", compensate=job)  # undo gets "FLIGHT"
+                await saga.run(job, "hotel", compensate=job)
+                saga.add_compensation(job, "undo-explicit")
+                await ctx.run(broken, "car")
+        except ActivityError as err:
+            return f"rolled back: {err.error_message}"
+        return "booked"
+
+    async with backend.engine(workflows=[trip]) as engine:
+        result = await (await engine.start(trip)).result(timeout=5)
+    assert result == "rolled back: car broke"
+    assert ran == ["flight", "hotel", "car", "undo-explicit", "HOTEL", "FLIGHT"]
+
+
+async def test_recorded_values_are_stable_across_replay(backend: Backend) -> None:
+    seen: list[object] = []
+
+    @workflow(name="stable")
+    async def stable(ctx: WorkflowContext) -> list[str]:
+        token = await ctx.memo("token", lambda: f"t-{len(seen)}")
+        u, r, now = ctx.uuid4(), ctx.random(), ctx.now()
+        seen.append((token, u, r, now))
+        await ctx.sleep(3)
+        return [token, str(u)]
+
+    async with backend.engine(workflows=[stable]) as engine:
+        await engine.start(stable, id="s")
+        await eventually(lambda: backend.clock.pending_timers() == 1, what="asleep")
+    async with backend.engine(workflows=[stable]) as engine:
+        await eventually(lambda: backend.clock.pending_timers() == 1, what="asleep again")
+        backend.clock.advance(3)
+        result = await engine.get_handle("s").result(timeout=5)
+    assert len(seen) == 2 and seen[0] == seen[1]
+    assert result == [seen[0][0], str(seen[0][1])]  # type: ignore[index]
+
+
+async def test_continue_as_new_keeps_the_id_and_resets_the_journal(backend: Backend) -> None:
+    @workflow(name="looper")
+    async def looper(ctx: WorkflowContext, n: int) -> int:
+        await ctx.run(job, f"round {n}")
+        if n < 3:
+            await ctx.continue_as_new(n + 1)
+        return n
+
+    async with backend.engine(workflows=[looper]) as engine:
+        handle = await engine.start(looper, 1, id="loop")
+        assert await handle.result(timeout=5) == 3
+        history = await handle.history()
+    assert ran == ["round 1", "round 2", "round 3"]
+    assert len(history.steps) == 1  # only the last generation's journal remains
