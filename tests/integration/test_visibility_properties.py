@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pyweft import Engine, MemoryStorage, VirtualClock, WorkflowContext, workflow
+from support.poll import eventually
 
 
 @workflow
@@ -77,19 +78,25 @@ def brute(infos: list[Any], flt: dict[str, Any]) -> list[str]:
     return [i.id for i in out]
 
 
+async def _has_attributes(engine: Engine, workflow_id: str) -> bool:
+    return bool((await engine.describe(workflow_id)).attributes)
+
+
+async def _is_cancelled(handle: Any) -> bool:
+    return (await handle.describe()).status == "cancelled"
+
+
 async def populate(engine: Engine, clock: VirtualClock, runs: list[tuple[Any, ...]]) -> None:
     for n, (wf, region, amount, status, tags) in enumerate(runs):
         handle = await engine.start(wf, region, amount, id=f"r{n}", tags=tags)
         clock.advance(1 if n % 3 else 0)  # some runs share a creation time
-        while not (await engine.describe(handle.id)).attributes:
-            await asyncio.sleep(0.001)
+        await eventually(lambda h=handle: _has_attributes(engine, h.id), what="attributes")
         if status == "completed":
             await handle.signal("end")
             await handle.result(timeout=5)
         elif status == "cancelled":
             await handle.cancel()
-            while (await handle.describe()).status != "cancelled":
-                await asyncio.sleep(0.001)
+            await eventually(lambda h=handle: _is_cancelled(h), what="cancelled")
         elif status == "suspended":
             await handle.suspend()
 

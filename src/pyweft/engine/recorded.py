@@ -47,8 +47,8 @@ def get_version(run: Run, change_id: str, min_supported: int, max_supported: int
 
     A run reaching this point for the first time while it still has progress
     recorded ahead of it (journal steps or open steps from older code) gets
-    ``min_supported``; a run at its live frontier gets ``max_supported``. The pin is written with the run's next commit and
-    never changes afterwards.
+    ``min_supported``; a run at its live frontier gets ``max_supported``. The
+    pin is written with the run's next commit and never changes afterwards.
     """
     if not (isinstance(min_supported, int) and isinstance(max_supported, int)):
         raise InvalidArgumentError("get_version bounds must be integers")
