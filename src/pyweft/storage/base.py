@@ -104,6 +104,15 @@ class Storage(Protocol):
         ...
 
 
+class CountingStorage(Storage, Protocol):
+    """Optional extension: count keys under a prefix without reading them.
+
+    Aggregates use it when an adapter has it and fall back to a scan otherwise.
+    """
+
+    async def count(self, prefix: str) -> int: ...
+
+
 def prefix_end(prefix: str) -> str | None:
     """The smallest string greater than every string starting with ``prefix``.
 

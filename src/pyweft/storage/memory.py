@@ -71,6 +71,14 @@ class MemoryStorage:
         values = self._values
         return [(key, values[key]) for key in keys]
 
+    async def count(self, prefix: str) -> int:
+        """How many keys start with ``prefix`` (optional protocol extension)."""
+        await self._enter()
+        upper = prefix_end(prefix)
+        lo = bisect_left(self._keys, prefix)
+        hi = len(self._keys) if upper is None else bisect_left(self._keys, upper)
+        return max(0, hi - lo)
+
     async def batch(self, ops: Sequence[Op]) -> None:
         ops = tuple(ops)  # what was checked is what gets applied after the yield
         _check_ops(ops)

@@ -33,6 +33,8 @@ _SQL_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID"
 )
 _SQL_GET = "SELECT value FROM kv WHERE key = ?"
+_SQL_COUNT_RANGE = "SELECT count(*) FROM kv WHERE key >= ? AND key < ?"
+_SQL_COUNT_FROM = "SELECT count(*) FROM kv WHERE key >= ?"
 _SQL_PUT = "INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)"
 _SQL_DELETE = "DELETE FROM kv WHERE key = ?"
 _SQL_BEGIN = "BEGIN IMMEDIATE"
@@ -297,6 +299,16 @@ class SQLiteStorage:
         return f"SQLiteStorage({self._path!r}, synchronous={self._synchronous!r})"
 
     # --- protocol -------------------------------------------------------------------
+
+    async def count(self, prefix: str) -> int:
+        """How many keys start with ``prefix`` (optional protocol extension)."""
+        _check_key(prefix)
+        upper = prefix_end(prefix)
+        if upper is None:
+            result: int = await self._read(_SQL_COUNT_FROM, (prefix,), True)
+        else:
+            result = await self._read(_SQL_COUNT_RANGE, (prefix, upper), True)
+        return result
 
     async def get(self, key: str) -> bytes | None:
         _check_key(key)

@@ -116,6 +116,14 @@ class StorageConformance(ABC):
         assert await storage.scan("a:") == [(key, key.encode()) for key in expected]
         assert [key for key, _ in await storage.scan("a")] == ["a", "a9", *expected, "a;"]
 
+    async def test_count_when_offered_matches_a_scan(self, storage: Storage) -> None:
+        count = getattr(storage, "count", None)
+        if count is None:
+            return  # an optional extension; nothing to check
+        await storage.batch([Put(key=k, value=b"") for k in ("c:1", "c:2", "c:10", "cd", "b")])
+        for prefix in ("c:", "c", "", "zz"):
+            assert await count(prefix) == len(await storage.scan(prefix)), prefix
+
     async def test_scan_with_an_empty_prefix_returns_every_key(self, storage: Storage) -> None:
         await self._seed_scan_keys(storage)
         ordered = sorted(_SCAN_KEYS, key=lambda key: key.encode())
