@@ -10,6 +10,7 @@ runs are added.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import heapq
@@ -259,24 +260,51 @@ async def _collected(
             yield position
 
 
-def candidates(storage: Storage, flt: RunFilter, after: str | None) -> AsyncIterator[str]:
-    """The driving index scan for ``flt``: positions ``{created16}:{encoded id}``."""
+def _ordered_prefixes(flt: RunFilter) -> list[list[str]]:
+    """Every index that can drive ``flt`` in creation order; each is a list of prefixes
+    to merge (several statuses)."""
     t = None if flt.workflow_type is None else keys.enc(flt.workflow_type)
+    options: list[list[str]] = []
     if flt.parent_id is not None:
-        return _ordered(storage, f"ix:p:{keys.enc(flt.parent_id)}:", flt, after)
+        options.append([f"ix:p:{keys.enc(flt.parent_id)}:"])
     for cond in flt.attributes:
         if not cond.bounds:
             enc = attributes.encode_value(cond.equals)
-            return _ordered(storage, attributes.index_prefix(cond.name, enc), flt, after)
-    if flt.tags:
-        return _ordered(storage, f"ix:tag:{keys.enc(flt.tags[0])}:", flt, after)
+            options.append([attributes.index_prefix(cond.name, enc)])
+    for tag in flt.tags:
+        options.append([f"ix:tag:{keys.enc(tag)}:"])
     if flt.statuses:
-        prefixes = [f"ix:st:{s}:{t}:" if t else f"ix:s:{s}:" for s in flt.statuses]
-        if len(prefixes) == 1:
-            return _ordered(storage, prefixes[0], flt, after)
-        return _merged([_ordered(storage, p, flt, after) for p in prefixes])
-    if t is not None:
-        return _ordered(storage, f"ix:t:{t}:", flt, after)
+        options.append([f"ix:st:{s}:{t}:" if t else f"ix:s:{s}:" for s in flt.statuses])
+    elif t is not None:
+        options.append([f"ix:t:{t}:"])
+    return options
+
+
+async def candidates(storage: Storage, flt: RunFilter, after: str | None) -> AsyncIterator[str]:
+    """The driving index scan for ``flt``: positions ``{created16}:{encoded id}``.
+
+    When several indexes could drive the scan and the store can count keys,
+    the one with the fewest entries wins, so combined filters stay cheap.
+    """
+    options = _ordered_prefixes(flt)
+    count = getattr(storage, "count", None)
+    if len(options) > 1 and count is not None:
+        sizes = [sum([await count(p) for p in prefixes]) for prefixes in options]
+        options = [options[sizes.index(min(sizes))]]
+    if options:
+        prefixes = options[0]
+        source = (
+            _ordered(storage, prefixes[0], flt, after)
+            if len(prefixes) == 1
+            else _merged([_ordered(storage, p, flt, after) for p in prefixes])
+        )
+    else:
+        source = _unordered(storage, flt, after)
+    async for position in source:
+        yield position
+
+
+def _unordered(storage: Storage, flt: RunFilter, after: str | None) -> AsyncIterator[str]:
     for cond in flt.attributes:
         prefix = attributes.index_prefix(cond.name)
         low = cond.bounds.get("gte", cond.bounds.get("gt"))
@@ -294,15 +322,35 @@ async def matching(
 ) -> AsyncIterator[tuple[str, WorkflowState, dict[str, Any]]]:
     """Runs matching ``flt``, newest first: (position, state, attributes)."""
     need_attrs = bool(flt.attributes)
+    batch: list[str] = []
+    size = 16  # grows: a first page is cheap, long scans read in bigger gulps
     async for position in candidates(storage, flt, after):
-        workflow_id = keys.dec(position.split(":", 1)[1])
-        raw = await storage.get(keys.wf(workflow_id))
+        batch.append(position)
+        if len(batch) >= size:
+            async for hit in _fetch(storage, flt, batch, need_attrs):
+                yield hit
+            batch, size = [], min(size * 2, _CHUNK)
+    async for hit in _fetch(storage, flt, batch, need_attrs):
+        yield hit
+
+
+async def _fetch(
+    storage: Storage, flt: RunFilter, positions: list[str], need_attrs: bool
+) -> AsyncIterator[tuple[str, WorkflowState, dict[str, Any]]]:
+    """Read the candidates' states (and attributes) together, then filter in order."""
+    ids = [keys.dec(p.split(":", 1)[1]) for p in positions]
+    reads = [storage.get(keys.wf(i)) for i in ids]
+    if need_attrs:
+        reads += [storage.get(keys.attributes(i)) for i in ids]
+    raws = await asyncio.gather(*reads)
+    for n, position in enumerate(positions):
+        raw = raws[n]
         if raw is None:
             continue
         state = records.decode_state(raw)
         attrs: dict[str, Any] = {}
         if need_attrs:
-            attrs_raw = await storage.get(keys.attributes(workflow_id))
+            attrs_raw = raws[len(ids) + n]
             attrs = records.decode_attributes(attrs_raw) if attrs_raw else {}
         if flt.matches(state, attrs):
             yield position, state, attrs

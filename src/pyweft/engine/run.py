@@ -234,7 +234,12 @@ class Run:
         workflow set is visible while it waits, however long that is.
         """
         if self.staged and RACE_BRANCH.get() is None:
-            await self.flush_staged()
+            try:
+                await self.flush_staged()
+            except BaseException:
+                if asyncio.iscoroutine(aw):
+                    aw.close()  # never started: close it so it is not reported as leaked
+                raise
         self._live_ops += 1
         try:
             return await aw
