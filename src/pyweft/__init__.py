@@ -16,6 +16,7 @@ from pyweft.engine.engine import Engine
 from pyweft.engine.events import WorkflowEvent
 from pyweft.engine.handle import WorkflowHandle
 from pyweft.engine.info import Page, StepInfo, WorkflowInfo
+from pyweft.engine.ownership.lease import LeaseHealth
 from pyweft.engine.records import ErrorInfo
 from pyweft.engine.reviews import Escalation, ReviewDecision, ReviewInfo
 from pyweft.engine.saga import Saga
@@ -29,11 +30,17 @@ from pyweft.errors import (
     ConfigurationError,
     DefinitionError,
     EngineClosedError,
+    EngineDeposedError,
     IdempotencyKeySpentError,
     InvalidArgumentError,
     InvalidDurationError,
+    LeaseAcquisitionTimeoutError,
+    LeaseCorruptedError,
+    LeaseLostWarning,
+    LeaseNotHeldError,
     NestingLimitError,
     NonDeterminismError,
+    OwnershipModeMismatchError,
     PayloadError,
     PyweftError,
     QueryNotFoundError,
@@ -43,6 +50,7 @@ from pyweft.errors import (
     ReviewNotFoundError,
     ReviewTimeoutError,
     SchemaVersionError,
+    SecondInstanceWarning,
     StorageCapabilityError,
     StorageClosedError,
     StorageError,
@@ -84,6 +92,7 @@ __all__ = [
     "ErrorInfo",
     "History",
     "HistoryEvent",
+    "LeaseHealth",
     "ReviewDecision",
     "ReviewInfo",
     "UpdateRequestHandle",
@@ -101,7 +110,7 @@ __all__ = [
     "SystemClock",
     "VirtualClock",
     "open_storage",
-    # errors
+    # errors and warnings
     "ActivityError",
     "ActivityNotRegisteredError",
     "ActivityTimeoutError",
@@ -109,11 +118,17 @@ __all__ = [
     "ConfigurationError",
     "DefinitionError",
     "EngineClosedError",
+    "EngineDeposedError",
     "IdempotencyKeySpentError",
     "InvalidArgumentError",
     "InvalidDurationError",
+    "LeaseAcquisitionTimeoutError",
+    "LeaseCorruptedError",
+    "LeaseLostWarning",
+    "LeaseNotHeldError",
     "NestingLimitError",
     "NonDeterminismError",
+    "OwnershipModeMismatchError",
     "PayloadError",
     "PyweftError",
     "QueryNotFoundError",
@@ -123,6 +138,7 @@ __all__ = [
     "ReviewNotFoundError",
     "ReviewTimeoutError",
     "SchemaVersionError",
+    "SecondInstanceWarning",
     "StorageCapabilityError",
     "StorageClosedError",
     "StorageError",

@@ -276,6 +276,43 @@ class IdempotencyKeySpentError(PyweftError):
         self.workflow_id = workflow_id
 
 
+class LeaseAcquisitionTimeoutError(PyweftError, TimeoutError):
+    """``ownership="lease"``: another engine kept the store lease past ``lease_wait_timeout``."""
+
+    def __init__(self, message: str, *, waited_s: float, held_by: str | None) -> None:
+        super().__init__(message)
+        self.waited_s = waited_s
+        self.held_by = held_by
+
+
+class LeaseCorruptedError(PyweftError):
+    """The stored lease is damaged (bad epoch bytes, or a holder without an epoch).
+
+    The engine fails closed rather than guess who owns the store.
+    """
+
+
+class LeaseNotHeldError(PyweftError):
+    """``ownership="lease"``: the engine was used before it acquired the store lease."""
+
+
+class EngineDeposedError(PyweftError):
+    """Another engine took over the store (or this run's claim); this engine stopped writing."""
+
+    def __init__(self, message: str, *, workflow_id: str | None = None) -> None:
+        super().__init__(message)
+        self.workflow_id = workflow_id
+
+
+class OwnershipModeMismatchError(PyweftError):
+    """The store is used by engines with a different ownership mode; they must not mix."""
+
+    def __init__(self, message: str, *, configured_mode: str, stored_mode: str) -> None:
+        super().__init__(message)
+        self.configured_mode = configured_mode
+        self.stored_mode = stored_mode
+
+
 class EngineClosedError(PyweftError, RuntimeError):
     """The engine is not running (not entered yet, or already shut down)."""
 
@@ -335,6 +372,14 @@ class SchemaVersionError(StorageError):
     """The store was written by a newer pyweft whose schema this version cannot read."""
 
 
+class LeaseLostWarning(RuntimeWarning):
+    """This engine lost the store lease to another engine and stopped itself."""
+
+
+class SecondInstanceWarning(RuntimeWarning):
+    """Another engine instance appears to be running on the same store."""
+
+
 __all__ = [
     "ActivityError",
     "ActivityNotRegisteredError",
@@ -343,11 +388,17 @@ __all__ = [
     "ConfigurationError",
     "DefinitionError",
     "EngineClosedError",
+    "EngineDeposedError",
     "IdempotencyKeySpentError",
     "InvalidArgumentError",
     "InvalidDurationError",
+    "LeaseAcquisitionTimeoutError",
+    "LeaseCorruptedError",
+    "LeaseLostWarning",
+    "LeaseNotHeldError",
     "NestingLimitError",
     "NonDeterminismError",
+    "OwnershipModeMismatchError",
     "PayloadError",
     "PyweftError",
     "QueryNotFoundError",
@@ -357,6 +408,7 @@ __all__ = [
     "ReviewNotFoundError",
     "ReviewTimeoutError",
     "SchemaVersionError",
+    "SecondInstanceWarning",
     "StorageCapabilityError",
     "StorageClosedError",
     "StorageError",

@@ -1,36 +1,56 @@
 """The one path by which the engine writes its own state.
 
 Every engine-owned write (run creation, step outcomes, status changes) goes
-through :class:`Committer`, so that ownership fencing added later applies to
-all of them at once. The fence conditions are appended *before* choosing
-between a plain and a conditional batch, so an unconditioned write can never
-slip past the fence.
+through :class:`Committer`, so ownership fencing applies to all of them at
+once. Fence conditions are appended *before* choosing between a plain and a
+conditional batch, so an unconditioned write can never slip past the fence,
+and a failed fenced write is checked for deposition before it is reported as
+an ordinary lost race.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 from pyweft.storage.base import Expect, Op, Storage
+
+
+class Fence(Protocol):
+    """An ownership mode's guard on engine writes."""
+
+    def conditions(self) -> list[Expect]:
+        """Conditions every write must carry; raises if this engine may not write."""
+        ...
+
+    async def disambiguate(self) -> None:
+        """After a failed conditional write: raise if it failed because we were deposed."""
+        ...
 
 
 class Committer:
     """Applies atomic batches for the engine, adding ownership fence conditions."""
 
-    __slots__ = ("_fence", "_storage")
+    __slots__ = ("_storage", "fence")
 
-    def __init__(self, storage: Storage, fence: Callable[[], Sequence[Expect]] | None = None):
+    def __init__(self, storage: Storage, fence: Fence | None = None) -> None:
         self._storage = storage
-        self._fence = fence
+        self.fence = fence
 
     async def commit(self, ops: Sequence[Op], conditions: Sequence[Expect] = ()) -> bool:
         """Write ``ops`` atomically if ``conditions`` (and the fence) hold.
 
-        Returns ``False`` when a condition failed; storage failures raise.
+        Returns ``False`` when a condition failed; storage failures raise, and
+        a write rejected because another engine took over raises
+        :class:`~pyweft.errors.EngineDeposedError`.
         """
-        if self._fence is not None:
-            conditions = [*conditions, *self._fence()]
+        fence = self.fence
+        if fence is not None:
+            conditions = [*conditions, *fence.conditions()]
         if not conditions:
             await self._storage.batch(ops)
             return True
-        return await self._storage.conditional_batch(conditions, ops)
+        ok = await self._storage.conditional_batch(conditions, ops)
+        if not ok and fence is not None:
+            await fence.disambiguate()
+        return ok

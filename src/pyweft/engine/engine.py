@@ -7,8 +7,12 @@ surface users call.
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import logging
+import os
+import socket
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -32,6 +36,9 @@ from pyweft.engine.core import EngineCore
 from pyweft.engine.events import WorkflowEvent
 from pyweft.engine.handle import WorkflowHandle
 from pyweft.engine.info import Page, WorkflowInfo
+from pyweft.engine.ownership import MODES, check_mode_marker
+from pyweft.engine.ownership.detector import SecondInstanceDetector
+from pyweft.engine.ownership.lease import LeaseHealth, LeaseManager
 from pyweft.engine.records import TERMINAL_STATUSES
 from pyweft.engine.reviews import ReviewDesk, ReviewInfo
 from pyweft.engine.run import RunServices
@@ -94,6 +101,12 @@ class Engine:
         retention: Mapping[str, Duration] | None = None,
         retention_sweep_interval: Duration = 60.0,
         retention_batch_size: int = 500,
+        ownership: str = "none",
+        lease_ttl: Duration = 30.0,
+        lease_renew_interval: Duration = 5.0,
+        lease_wait_timeout: Duration = 60.0,
+        detect_second_instance: bool = False,
+        second_instance_interval: Duration = 15.0,
     ) -> None:
         if type(max_payload_bytes) is not int or max_payload_bytes < 1:
             raise ConfigurationError(
@@ -110,6 +123,20 @@ class Engine:
         if version_mismatch not in ("fail_run", "raise"):
             raise ConfigurationError(
                 f"version_mismatch must be 'fail_run' or 'raise', got {version_mismatch!r}"
+            )
+        if ownership not in MODES:
+            raise ConfigurationError(
+                f"ownership must be one of {', '.join(MODES)}, got {ownership!r}"
+            )
+        if ownership == "workflow-lease":
+            raise ConfigurationError(
+                "ownership='workflow-lease' (several engines sharing one store) is not "
+                "available yet; use 'lease' for one active engine with hand-over on deploys"
+            )
+        if ownership == "workflow-lease" and detect_second_instance:
+            raise ConfigurationError(
+                "detect_second_instance is for ownership='none' or 'lease'; with "
+                "'workflow-lease' several engines share the store on purpose"
             )
         if type(retention_batch_size) is not int or retention_batch_size < 1:
             raise ConfigurationError("retention_batch_size must be a positive int")
@@ -146,6 +173,33 @@ class Engine:
         self._recover = recover
         self._activity_threads = activity_threads
         self._executor: ThreadPoolExecutor | None = None
+        self.instance_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        """Identifies this engine in lease records and heartbeats."""
+        self.ownership = ownership
+        self._lease: LeaseManager | None = None
+        if ownership == "lease":
+            self._lease = LeaseManager(
+                store,
+                self.clock,
+                self.instance_id,
+                ttl_s=parse_duration(lease_ttl, field="lease_ttl"),
+                renew_interval_s=parse_duration(lease_renew_interval, field="lease_renew_interval"),
+                wait_timeout_s=parse_duration(lease_wait_timeout, field="lease_wait_timeout"),
+                poll_interval_s=min(1.0, float(poll_interval)),
+                on_deposed=self._deposed,
+            )
+        self._detector = (
+            SecondInstanceDetector(
+                store,
+                self.clock,
+                self.instance_id,
+                interval_s=parse_duration(
+                    second_instance_interval, field="second_instance_interval"
+                ),
+            )
+            if detect_second_instance
+            else None
+        )
         self._wakeups = WakeupPoller(self._core, adopt_orphans=recover)
         self._sweeper = maintenance.RetentionSweeper(
             self._core, kept, sweep_every, retention_batch_size
@@ -224,6 +278,10 @@ class Engine:
                 "batches; the engine needs both to commit steps safely"
             )
         await self._check_schema()
+        await check_mode_marker(core.storage, self.ownership, self.clock.now())
+        if self._lease is not None:
+            await self._lease.acquire()  # before recovery: never drive runs we do not own
+            core.committer.fence = self._lease
         self._executor = ThreadPoolExecutor(
             max_workers=self._activity_threads, thread_name_prefix="pyweft-activity"
         )
@@ -252,6 +310,8 @@ class Engine:
             raise
         self._sweeper.start()
         self._wakeups.start()
+        if self._detector is not None:
+            self._detector.start()
 
     async def _check_schema(self) -> None:
         storage, committer = self._core.storage, self._core.committer
@@ -276,12 +336,12 @@ class Engine:
 
     async def shutdown(self) -> None:
         """Stop every run (they stay resumable) and release the store. Idempotent."""
-        import asyncio
-
         core = self._core
         if core.state == "closed":
             return
         core.state = "closed"
+        if self._detector is not None:
+            await self._detector.stop()
         self._sweeper.stop()
         await self._wakeups.stop()
         for timer in core.pending_timers.values():
@@ -300,8 +360,19 @@ class Engine:
             await asyncio.gather(*tasks, return_exceptions=True)
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._lease is not None:
+            await self._lease.release()
         if self._owns_storage:
             await core.storage.close()
+
+    def _deposed(self, reason: str) -> None:
+        """Another engine took the lease: stop everything, on a later loop iteration."""
+        loop = asyncio.get_running_loop()
+        loop.call_soon(lambda: loop.create_task(self.shutdown()))
+
+    def lease_health(self) -> LeaseHealth:
+        """The store lease as this engine sees it (``no-lease`` unless ``ownership="lease"``)."""
+        return self._lease.health() if self._lease is not None else LeaseHealth(state="no-lease")
 
     # --- starting runs ------------------------------------------------------------------
 

@@ -39,7 +39,7 @@ from pyweft.engine.records import (
     UpdateResponse,
     WorkflowState,
 )
-from pyweft.errors import NonDeterminismError, PyweftError, StorageError
+from pyweft.errors import EngineDeposedError, NonDeterminismError, PyweftError, StorageError
 from pyweft.storage.base import Delete, Expect, Op, Put, Storage
 
 if TYPE_CHECKING:
@@ -531,7 +531,7 @@ class Run:
                 await self.finish("cancelled")
             else:
                 await self.finish("failed", error=records.error_info(asyncio.CancelledError()))
-        except Superseded:
+        except (Superseded, EngineDeposedError):
             log.warning("workflow %s was advanced by another writer; this engine stops it", self.id)
         except StorageError:
             raise

@@ -1,0 +1,261 @@
+"""The store lease: codec edge cases and the protocol, on an injected clock."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import warnings
+from collections.abc import Sequence
+
+import pytest
+
+from pyweft import (
+    Engine,
+    EngineDeposedError,
+    LeaseAcquisitionTimeoutError,
+    LeaseCorruptedError,
+    LeaseLostWarning,
+    LeaseNotHeldError,
+    MemoryStorage,
+    OwnershipModeMismatchError,
+    StorageError,
+    VirtualClock,
+    WorkflowContext,
+    workflow,
+)
+from pyweft.engine.ownership import check_mode_marker
+from pyweft.engine.ownership.lease import (
+    EPOCH_KEY,
+    HOLDER_KEY,
+    MAX_EPOCH,
+    Holder,
+    LeaseManager,
+    decode_epoch,
+    decode_holder,
+    encode_epoch,
+    encode_holder,
+)
+from pyweft.storage.base import Expect, Op
+
+
+def manager(storage: MemoryStorage, clock: VirtualClock, name: str, **kw: float) -> LeaseManager:
+    return LeaseManager(
+        storage,
+        clock,
+        name,
+        ttl_s=kw.get("ttl", 30.0),
+        renew_interval_s=kw.get("renew", 5.0),
+        wait_timeout_s=kw.get("wait", 0.2),
+        poll_interval_s=0.01,
+    )
+
+
+def test_epoch_codec_accepts_only_exact_in_range_values() -> None:
+    assert decode_epoch(encode_epoch(1)) == 1
+    assert decode_epoch(encode_epoch(MAX_EPOCH)) == MAX_EPOCH
+    for bad in (b"", b"\x00" * 7, b"\x00" * 9, (0).to_bytes(8, "big"), (2**53).to_bytes(8, "big")):
+        with pytest.raises(LeaseCorruptedError):
+            decode_epoch(bad)
+    with pytest.raises(LeaseCorruptedError):
+        encode_epoch(MAX_EPOCH + 1)
+
+
+def test_holder_codec_treats_anything_odd_as_garbage() -> None:
+    good = Holder("a", 1000, 3)
+    assert decode_holder(encode_holder(good)) == good
+    for raw in (
+        b"not json",
+        b"[]",
+        json.dumps({"holder_id": "a", "expires_at_ms": 1e20, "epoch": 1}).encode(),  # huge
+        json.dumps({"holder_id": "a", "expires_at_ms": 2**60, "epoch": 1}).encode(),
+        json.dumps({"holder_id": "", "expires_at_ms": 1, "epoch": 1}).encode(),
+        json.dumps({"holder_id": "a", "expires_at_ms": 1, "epoch": 0}).encode(),
+        json.dumps({"holder_id": "a", "expires_at_ms": -1, "epoch": 1}).encode(),
+    ):
+        assert decode_holder(raw) is None
+
+
+async def test_acquire_mints_epoch_one_then_increments_on_each_transfer() -> None:
+    storage, clock = MemoryStorage(), VirtualClock()
+    a = manager(storage, clock, "a")
+    await a.acquire()
+    assert decode_epoch(await storage.get(EPOCH_KEY) or b"") == 1
+    assert await a.release()
+    b = manager(storage, clock, "b")
+    await b.acquire()
+    assert decode_epoch(await storage.get(EPOCH_KEY) or b"") == 2
+    assert await storage.get(EPOCH_KEY) is not None  # never deleted
+    await b.release()
+
+
+async def test_a_live_holder_makes_others_wait_then_time_out() -> None:
+    storage, clock = MemoryStorage(), VirtualClock()
+    a = manager(storage, clock, "a")
+    await a.acquire()
+    b = manager(storage, clock, "b", wait=0.05)
+    with pytest.raises(LeaseAcquisitionTimeoutError) as err:
+        await b.acquire()
+    assert err.value.held_by == "a" and err.value.waited_s >= 0.05
+    await a.release()
+
+
+async def test_expired_or_garbage_holders_are_taken_over() -> None:
+    storage, clock = MemoryStorage(), VirtualClock()
+    a = manager(storage, clock, "a")
+    await a.acquire()
+    a._stop_timer()  # a stalls: no more renewals
+    clock.advance(31)
+    b = manager(storage, clock, "b")
+    await b.acquire()
+    holder = decode_holder(await storage.get(HOLDER_KEY) or b"")
+    assert holder is not None and holder.holder_id == "b"
+    await storage.batch([_put(HOLDER_KEY, b'{"garbage": true}')])
+    c = manager(storage, clock, "c")
+    await c.acquire()
+    assert decode_epoch(await storage.get(EPOCH_KEY) or b"") == 3
+
+
+async def test_epoch_present_without_holder_is_a_normal_steal() -> None:
+    storage, clock = MemoryStorage(), VirtualClock()
+    await storage.batch([_put(EPOCH_KEY, encode_epoch(41))])
+    a = manager(storage, clock, "a")
+    await a.acquire()
+    assert decode_epoch(a.epoch_bytes or b"") == 42
+
+
+async def test_holder_without_epoch_or_bad_epoch_fails_closed() -> None:
+    storage, clock = MemoryStorage(), VirtualClock()
+    await storage.batch([_put(HOLDER_KEY, encode_holder(Holder("x", 1, 1)))])
+    with pytest.raises(LeaseCorruptedError):
+        await manager(storage, clock, "a").acquire()
+    storage2 = MemoryStorage()
+    await storage2.batch([_put(EPOCH_KEY, b"\x01")])
+    with pytest.raises(LeaseCorruptedError):
+        await manager(storage2, clock, "a").acquire()
+    storage3 = MemoryStorage()
+    await storage3.batch([_put(EPOCH_KEY, encode_epoch(MAX_EPOCH))])
+    with pytest.raises(LeaseCorruptedError):
+        await manager(storage3, clock, "a").acquire()
+
+
+async def test_writes_before_the_lease_is_held_are_refused() -> None:
+    lease = manager(MemoryStorage(), VirtualClock(), "a")
+    with pytest.raises(LeaseNotHeldError):
+        lease.conditions()
+
+
+async def test_renewals_are_single_flight_and_keep_the_epoch() -> None:
+    storage, clock = GatedStorage(), VirtualClock()
+    a = manager(storage, clock, "a")
+    await a.acquire()
+    epoch = a.epoch_bytes
+    storage.gate = asyncio.Event()
+    clock.advance(5)  # renewal due: it blocks in storage
+    await asyncio.sleep(0)
+    clock.advance(5)  # due again while the first is in flight: skipped
+    await asyncio.sleep(0)
+    assert storage.held == 1
+    storage.gate.set()
+    await asyncio.sleep(0.01)
+    assert not a.deposed and a.epoch_bytes == epoch
+    assert decode_holder(await storage.get(HOLDER_KEY) or b"").expires_at_ms > 0  # type: ignore[union-attr]
+    await a.release()
+
+
+async def test_release_waits_for_a_renewal_in_flight() -> None:
+    storage, clock = GatedStorage(), VirtualClock()
+    a = manager(storage, clock, "a")
+    await a.acquire()
+    storage.gate = asyncio.Event()
+    clock.advance(5)
+    await asyncio.sleep(0)
+    release = asyncio.ensure_future(a.release())
+    await asyncio.sleep(0.01)
+    assert not release.done()
+    storage.gate.set()
+    assert await release is True
+    assert await storage.get(HOLDER_KEY) is None
+
+
+async def test_a_storage_blip_during_renewal_only_warns() -> None:
+    storage, clock = GatedStorage(), VirtualClock()
+    a = manager(storage, clock, "a")
+    await a.acquire()
+    storage.fail = True
+    await a.renew()
+    assert not a.deposed
+    storage.fail = False
+    await a.release()
+
+
+async def test_a_lost_renewal_deposes_with_a_warning() -> None:
+    storage, clock = MemoryStorage(), VirtualClock()
+    a = manager(storage, clock, "a")
+    await a.acquire()
+    await storage.batch([_put(HOLDER_KEY, encode_holder(Holder("b", 10**12, 2)))])
+    with pytest.warns(LeaseLostWarning):
+        await a.renew()
+    assert a.deposed
+    with pytest.raises(EngineDeposedError):
+        a.conditions()
+
+
+@workflow
+async def tiny(ctx: WorkflowContext) -> int:
+    return 1
+
+
+async def test_a_zombie_engine_is_fenced_out_and_stops_itself() -> None:
+    storage = MemoryStorage()
+    clock_a, clock_b = VirtualClock(), VirtualClock()
+    a = Engine(storage, workflows=[tiny], clock=clock_a, ownership="lease")
+    await a.open()
+    assert a.lease_health().state == "healthy"
+    clock_b.advance(60)  # b's clock: a's lease has expired (a is "paused")
+    b = Engine(storage, workflows=[tiny], clock=clock_b, ownership="lease", lease_wait_timeout=1)
+    await b.open()
+    assert b.lease_health().epoch == 2
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(EngineDeposedError):
+            await a.start(tiny)
+    assert any(issubclass(w.category, LeaseLostWarning) for w in caught)
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert a.lease_health().state == "contested"
+    assert await (await b.start(tiny)).result(timeout=5) == 1
+    await b.shutdown()
+    await a.shutdown()
+
+
+async def test_fencing_modes_must_not_share_a_store() -> None:
+    storage = MemoryStorage()
+    await check_mode_marker(storage, "lease", 0.0)
+    await check_mode_marker(storage, "lease", 1.0)
+    with pytest.raises(OwnershipModeMismatchError) as err:
+        await check_mode_marker(storage, "workflow-lease", 2.0)
+    assert err.value.stored_mode == "lease"
+
+
+class GatedStorage(MemoryStorage):
+    """Memory storage whose conditional batches can be held at a gate, or fail."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate: asyncio.Event | None = None
+        self.held = 0
+        self.fail = False
+
+    async def conditional_batch(self, conditions: Sequence[Expect], ops: Sequence[Op]) -> bool:
+        if self.fail:
+            raise StorageError("simulated blip")
+        if self.gate is not None and not self.gate.is_set():
+            self.held += 1
+            await self.gate.wait()
+        return await super().conditional_batch(conditions, ops)
+
+
+def _put(key: str, value: bytes) -> Op:
+    from pyweft.storage.base import Put
+
+    return Put(key=key, value=value)
