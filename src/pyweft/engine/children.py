@@ -48,7 +48,7 @@ async def child_step(
                 workflow_id=run.id,
             )
         cid = child_id or f"{run.id}/{step}"
-        ops, conds, launch = host.child_create(run, definition, args, cid, policy)
+        ops, conds, launch = await host.child_create(run, definition, args, cid, policy)
         pend = PendingStep(
             step=step,
             kind="child",

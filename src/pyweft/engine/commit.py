@@ -19,11 +19,11 @@ from pyweft.storage.base import Expect, Op, Storage
 class Fence(Protocol):
     """An ownership mode's guard on engine writes."""
 
-    def conditions(self) -> list[Expect]:
-        """Conditions every write must carry; raises if this engine may not write."""
+    def conditions(self, workflow_id: str | None = None) -> list[Expect]:
+        """Conditions a write (for this run, if given) must carry; raises if we may not write."""
         ...
 
-    async def disambiguate(self) -> None:
+    async def disambiguate(self, workflow_id: str | None = None) -> None:
         """After a failed conditional write: raise if it failed because we were deposed."""
         ...
 
@@ -37,8 +37,17 @@ class Committer:
         self._storage = storage
         self.fence = fence
 
-    async def commit(self, ops: Sequence[Op], conditions: Sequence[Expect] = ()) -> bool:
+    async def commit(
+        self,
+        ops: Sequence[Op],
+        conditions: Sequence[Expect] = (),
+        *,
+        workflow_id: str | None = None,
+    ) -> bool:
         """Write ``ops`` atomically if ``conditions`` (and the fence) hold.
+
+        ``workflow_id`` names the run a write belongs to, for per-run fencing
+        (``ownership="workflow-lease"``); engine-scoped writes leave it out.
 
         Returns ``False`` when a condition failed; storage failures raise, and
         a write rejected because another engine took over raises
@@ -46,11 +55,11 @@ class Committer:
         """
         fence = self.fence
         if fence is not None:
-            conditions = [*conditions, *fence.conditions()]
+            conditions = [*conditions, *fence.conditions(workflow_id)]
         if not conditions:
             await self._storage.batch(ops)
             return True
         ok = await self._storage.conditional_batch(conditions, ops)
         if not ok and fence is not None:
-            await fence.disambiguate()
+            await fence.disambiguate(workflow_id)
         return ok

@@ -103,13 +103,17 @@ async def suspend(core: EngineCore, workflow_id: str) -> None:
     run = core.runs.get(workflow_id)
     if run is not None:
         run.stopping = True
+        release = core.claims.release_ops(workflow_id) if core.claims is not None else []
         try:
             await run.write_state(
-                msgspec.structs.replace(run.state, status="suspended", updated_at=core.clock.now())
+                msgspec.structs.replace(run.state, status="suspended", updated_at=core.clock.now()),
+                release,
             )
         except BaseException:
             run.stopping = False
             raise
+        if core.claims is not None:
+            core.claims.forget(workflow_id)
         if run.task is not None:
             run.task.cancel()
             await asyncio.gather(run.task, return_exceptions=True)
@@ -123,6 +127,7 @@ async def suspend(core: EngineCore, workflow_id: str) -> None:
         frozenset({"pending", "running"}),
         core.clock.now(),
         wake=True,
+        rotate_claim=core.claims is not None,  # takes the run from its owner, wherever it is
         status="suspended",
     )
     if new is not None:

@@ -20,6 +20,7 @@ from pyweft.engine.commit import Committer
 from pyweft.engine.context import WorkflowContext
 from pyweft.engine.events import EventBus, WorkflowEvent
 from pyweft.engine.info import to_datetime
+from pyweft.engine.ownership.claims import ClaimRegistry
 from pyweft.engine.records import TERMINAL_STATUSES, ErrorInfo, WorkflowState
 from pyweft.engine.recovery import load_run
 from pyweft.engine.run import Run, RunServices
@@ -63,6 +64,7 @@ class EngineCore:
         self.visibility = Visibility(storage, codec, self.workflows)
         self.services: RunServices | None = None
         self.state: Literal["new", "open", "closed"] = "new"
+        self.claims: ClaimRegistry | None = None  # ownership="workflow-lease" only
 
     # --- guards and lookups -----------------------------------------------------------
 
@@ -137,10 +139,25 @@ class EngineCore:
                     run.done.exception()  # mark retrieved: waiters re-check storage
 
     async def resume_run(self, workflow_id: str) -> bool:
-        """Load a stored ``running`` run and drive it here. False if it cannot be."""
+        """Load a stored ``running`` run and drive it here. False if it cannot be.
+
+        Under ``workflow-lease`` the run's claim is taken first; a run another
+        engine holds is left to it.
+        """
         services = self.services_or_raise()
+        if workflow_id in self.runs:
+            return False
+        claims = self.claims
+        if (
+            claims is not None
+            and workflow_id not in claims.claims
+            and not await claims.acquire(workflow_id)
+        ):
+            return False
         loaded = await load_run(self.storage, workflow_id)
         if loaded is None or loaded.state.status != "running" or workflow_id in self.runs:
+            if claims is not None and workflow_id not in self.runs:
+                await claims.release_all_of([workflow_id])
             return False
         definition = self.workflows.get(loaded.state.type)
         if definition is None:
@@ -209,15 +226,22 @@ class EngineCore:
 
     async def _begin_pending(self, workflow_id: str) -> None:
         try:
+            plan = await self.claims.acquire_ops(workflow_id) if self.claims else None
+            if self.claims is not None and plan is None:
+                return  # another engine holds it and starts it
             new, _ = await lifecycle.transition(
                 self.storage,
                 self.committer,
                 workflow_id,
                 frozenset({"pending"}),
                 self.clock.now(),
+                extra_ops=plan[0] if plan else None,
+                extra_conds=plan[1] if plan else None,
                 status="running",
                 start_at=None,
             )
+            if new is not None and plan is not None and self.claims is not None:
+                self.claims.adopt(plan[2])
             if new is not None and workflow_id not in self.runs:
                 await self.resume_run(workflow_id)
         except Exception:
@@ -233,7 +257,7 @@ class EngineCore:
     def child_definition(self, wf: Callable[..., Any] | str) -> WorkflowDefinition:
         return self.definition(wf)
 
-    def child_create(
+    async def child_create(
         self,
         parent: Run,
         definition: WorkflowDefinition,
@@ -261,8 +285,14 @@ class EngineCore:
         )
         raw = records.encode(state)
         ops, conds = create_ops(state, raw)
+        plan = await self.claims.acquire_ops(child_id) if self.claims else None
+        if plan is not None:
+            ops += plan[0]
+            conds += plan[1]
 
         def launch() -> None:
+            if plan is not None and self.claims is not None:
+                self.claims.adopt(plan[2])
             self.emit("started", state)
             if self.state == "open" and self.services is not None:
                 self.launch(Run(self.services, definition, state, raw, {}, {}))
@@ -285,6 +315,37 @@ class EngineCore:
                 return state
             await asyncio.sleep(delay)
             delay = min(delay * 2, self.poll_interval)
+
+    def claim_lost(self, workflow_id: str) -> None:
+        """Another engine took this run over: stop driving it, write nothing more."""
+        run = self.runs.get(workflow_id)
+        if run is not None:
+            run.stopping = True
+            if run.task is not None:
+                run.task.cancel()
+
+    async def reclaim(self) -> int:
+        """Take over running runs whose owner stopped renewing, and drive them here."""
+        from pyweft.engine.ownership.claims import decode_holder
+        from pyweft.engine.recovery import ids_with_status
+
+        claims = self.claims
+        if claims is None or self.state != "open":
+            return 0
+        holders = {
+            keys.dec(k[len("own:h:") :]): decode_holder(v)
+            for k, v in await self.storage.scan("own:h:")
+        }
+        taken = 0
+        for workflow_id in await ids_with_status(self.storage, "running"):
+            if workflow_id in self.runs or self.state != "open":
+                continue
+            holder = holders.get(workflow_id)
+            if holder is not None and not claims.stale(holder):
+                continue
+            if await self.resume_run(workflow_id):
+                taken += 1
+        return taken
 
     async def close_children(self, parent: Run) -> None:
         """Ask still-running children with the await/request_cancel policy to cancel."""

@@ -115,6 +115,10 @@ async def create(
         idem = keys.idempotency(idempotency_key)
         ops.append(Put(key=idem, value=workflow_id.encode()))
         conditions.append(Expect(key=idem, value=None))
+    plan = await core.claims.acquire_ops(workflow_id) if core.claims is not None else None
+    if plan is not None and status == "running":  # a pending run is claimed when it starts
+        ops += plan[0]
+        conditions += plan[1]
     if first_signal is not None:
         name, signal_payload, signal_id = first_signal
         data = signals.encode(signal_payload)
@@ -125,6 +129,8 @@ async def create(
         if first_signal is not None:
             return workflow_id, False
         return await _conflict(core, workflow_id, idempotency_key, on_conflict), False
+    if plan is not None and status == "running" and core.claims is not None:
+        core.claims.adopt(plan[2])
     core.emit("started", state)
     if status == "pending":
         core.arm_pending(state)

@@ -19,7 +19,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal
 
-from pyweft.clock import Clock, SystemClock
+from pyweft.clock import Clock, SystemClock, TimerHandle
 from pyweft.codec import DefaultPayloadCodec, PayloadCodec
 from pyweft.definitions import (
     ActivityDefinition,
@@ -37,6 +37,7 @@ from pyweft.engine.events import WorkflowEvent
 from pyweft.engine.handle import WorkflowHandle
 from pyweft.engine.info import Page, WorkflowInfo
 from pyweft.engine.ownership import MODES, check_mode_marker
+from pyweft.engine.ownership.claims import ClaimRegistry
 from pyweft.engine.ownership.detector import SecondInstanceDetector
 from pyweft.engine.ownership.lease import LeaseHealth, LeaseManager
 from pyweft.engine.records import TERMINAL_STATUSES
@@ -107,6 +108,8 @@ class Engine:
         lease_wait_timeout: Duration = 60.0,
         detect_second_instance: bool = False,
         second_instance_interval: Duration = 15.0,
+        claim_ttl: Duration = 30.0,
+        claim_renew_interval: Duration = 5.0,
     ) -> None:
         if type(max_payload_bytes) is not int or max_payload_bytes < 1:
             raise ConfigurationError(
@@ -127,11 +130,6 @@ class Engine:
         if ownership not in MODES:
             raise ConfigurationError(
                 f"ownership must be one of {', '.join(MODES)}, got {ownership!r}"
-            )
-        if ownership == "workflow-lease":
-            raise ConfigurationError(
-                "ownership='workflow-lease' (several engines sharing one store) is not "
-                "available yet; use 'lease' for one active engine with hand-over on deploys"
             )
         if ownership == "workflow-lease" and detect_second_instance:
             raise ConfigurationError(
@@ -188,6 +186,17 @@ class Engine:
                 poll_interval_s=min(1.0, float(poll_interval)),
                 on_deposed=self._deposed,
             )
+        if ownership == "workflow-lease":
+            self._core.claims = ClaimRegistry(
+                store,
+                self.clock,
+                self.instance_id,
+                ttl_s=parse_duration(claim_ttl, field="claim_ttl"),
+                renew_interval_s=parse_duration(claim_renew_interval, field="claim_renew_interval"),
+                on_lost=self._core.claim_lost,
+            )
+        self._claim_timer: TimerHandle | None = None
+        self._claim_task: asyncio.Task[None] | None = None
         self._detector = (
             SecondInstanceDetector(
                 store,
@@ -282,6 +291,8 @@ class Engine:
         if self._lease is not None:
             await self._lease.acquire()  # before recovery: never drive runs we do not own
             core.committer.fence = self._lease
+        if core.claims is not None:
+            core.committer.fence = core.claims
         self._executor = ThreadPoolExecutor(
             max_workers=self._activity_threads, thread_name_prefix="pyweft-activity"
         )
@@ -296,6 +307,7 @@ class Engine:
             events=core.events,
             poll_interval=core.poll_interval,
             children=core,
+            claims=core.claims,
         )
         self._signals = SignalSender(core.services, core.runs)
         self._updates = UpdateClient(core.services, core.runs)
@@ -310,6 +322,8 @@ class Engine:
             raise
         self._sweeper.start()
         self._wakeups.start()
+        if core.claims is not None:
+            self._arm_claims()
         if self._detector is not None:
             self._detector.start()
 
@@ -360,10 +374,46 @@ class Engine:
             await asyncio.gather(*tasks, return_exceptions=True)
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._claim_timer is not None:
+            self._claim_timer.cancel()
+        if self._claim_task is not None:
+            await asyncio.gather(self._claim_task, return_exceptions=True)
+        if core.claims is not None:
+            await core.claims.release_all()
         if self._lease is not None:
             await self._lease.release()
         if self._owns_storage:
             await core.storage.close()
+
+    def _arm_claims(self) -> None:
+        """Renew our claims and take over abandoned runs, every claim renewal interval."""
+        claims = self._core.claims
+        if claims is None or self._core.state != "open":
+            return
+
+        def due() -> None:
+            if self._core.state != "open":
+                return
+            if self._claim_task is None or self._claim_task.done():
+                self._claim_task = asyncio.get_running_loop().create_task(self._claim_cycle())
+            self._arm_claims()
+
+        self._claim_timer = self.clock.call_at(self.clock.now() + claims.renew_interval, due)
+
+    async def _claim_cycle(self) -> None:
+        claims = self._core.claims
+        if claims is None:
+            return
+        try:
+            await claims.renew_all()
+            await self._core.reclaim()
+        except Exception:
+            log.exception("claim renewal / reclaim cycle failed; retrying next interval")
+
+    async def reclaim(self) -> int:
+        """``workflow-lease``: take over runs whose owner stopped renewing; returns how many."""
+        self._core.services_or_raise()
+        return await self._core.reclaim()
 
     def _deposed(self, reason: str) -> None:
         """Another engine took the lease: stop everything, on a later loop iteration."""

@@ -26,6 +26,9 @@ async def transition(
     now: float,
     *,
     wake: bool = False,
+    rotate_claim: bool = False,
+    extra_ops: list[Op] | None = None,
+    extra_conds: list[Expect] | None = None,
     **changes: object,
 ) -> tuple[WorkflowState | None, WorkflowState]:
     """Move a stored run to new field values if its status is in ``allowed_from``.
@@ -33,7 +36,9 @@ async def transition(
     Returns ``(new_state, current_state)``; ``new_state`` is ``None`` when the
     run's status did not allow the change (nothing written). Retries when the
     record changes under it. ``wake`` also leaves a wake-up for the engine that
-    may be driving the run in another process.
+    may be driving the run in another process; ``rotate_claim`` takes the run
+    away from its owner under ``ownership="workflow-lease"``; ``extra_ops`` and
+    ``extra_conds`` ride in the same batch (e.g. taking a claim).
     """
     while True:
         raw = await storage.get(keys.wf(workflow_id))
@@ -52,5 +57,15 @@ async def transition(
         if new.status in records.TERMINAL_STATUSES:
             for key, _ in await storage.scan(keys.wf(workflow_id) + ":p:"):
                 ops.append(Delete(key=key))
-        if await committer.commit(ops, [Expect(key=keys.wf(workflow_id), value=raw)]):
+        conds = [Expect(key=keys.wf(workflow_id), value=raw), *(extra_conds or ())]
+        ops += extra_ops or ()
+        if rotate_claim:
+            from pyweft.engine.ownership.claims import rotation_ops
+
+            more_ops, more_conds = await rotation_ops(storage, workflow_id)
+            ops += more_ops
+            conds += more_conds
+        if await committer.commit(ops, conds):
             return new, state
+        if extra_conds:
+            return None, state  # the extra conditions (a claim) may be what failed

@@ -96,8 +96,14 @@ async def fork(core: EngineCore, source_id: str, from_step: int | None, new_id: 
         ops.append(Put(key=keys.version_pin(workflow_id, change), value=str(version).encode()))
     if loaded.attributes:
         ops += attributes.changes(workflow_id, now, {}, loaded.attributes)
+    plan = await core.claims.acquire_ops(workflow_id) if core.claims is not None else None
+    if plan is not None:
+        ops += plan[0]
+        conds += plan[1]
     if not await core.committer.commit(ops, conds):
         raise InvalidArgumentError(f"a run with id {workflow_id!r} already exists")
+    if plan is not None and core.claims is not None:
+        core.claims.adopt(plan[2])
     core.emit("started", state, forked_from=source_id, from_step=upto)
     core.launch(
         Run(

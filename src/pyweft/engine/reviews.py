@@ -217,7 +217,9 @@ async def review_step(
         if expired:
             if record.status != "expired":
                 _, ops = _with_status(record, status="expired", decided_at=now)
-                if not await services.committer.commit(ops, [Expect(key=key, value=raw)]):
+                if not await services.committer.commit(
+                    ops, [Expect(key=key, value=raw)], workflow_id=run.id
+                ):
                     continue  # decided meanwhile: look again
             await run.commit_step(
                 StepRecord(
@@ -233,14 +235,14 @@ async def review_step(
                 )
             )
             raise _timeout(review_id)
-        if await _escalate(services, record, raw, escalation, now):
+        if await _escalate(run, record, raw, escalation, now):
             continue
         wake = _next_wake(record, escalation)
         await run.live(run.changed(wake))
 
 
 async def _escalate(
-    services: RunServices,
+    run: Run,
     record: ReviewRecord,
     raw: bytes,
     escalation: Sequence[Escalation],
@@ -263,7 +265,9 @@ async def _escalate(
         )
     else:
         _, ops = _with_status(record, reviewers=list(step.to), escalation_level=due[-1] + 1)
-    await services.committer.commit(ops, [Expect(key=keys.review(record.review_id), value=raw)])
+    await run.services.committer.commit(
+        ops, [Expect(key=keys.review(record.review_id), value=raw)], workflow_id=run.id
+    )
     return True
 
 

@@ -54,7 +54,7 @@ class ChildHost(Protocol):
 
     def child_definition(self, wf: Callable[..., Any] | str) -> WorkflowDefinition: ...
 
-    def child_create(
+    async def child_create(
         self,
         parent: Run,
         definition: WorkflowDefinition,
@@ -83,6 +83,7 @@ class RunServices:
     poll_interval: float = 1.0
     on_update_response: Callable[[UpdateResponse], None] = lambda _: None
     children: ChildHost | None = None
+    claims: Any = None  # ClaimRegistry under ownership="workflow-lease"
 
 
 Deferred = list[tuple[StepRecord, list[Op], list[Expect]]]
@@ -321,7 +322,7 @@ class Run:
             conditions += conds
         staged, self.staged = self.staged, {}
         batch += staged.values()
-        if not await self.services.committer.commit(batch, conditions):
+        if not await self.services.committer.commit(batch, conditions, workflow_id=self.id):
             self.staged = {**staged, **self.staged}
             has_side_conditions = len(conditions) > len(entries)
             if not has_side_conditions or any(
@@ -350,7 +351,7 @@ class Run:
         """Write staged side effects now (e.g. attributes set from outside the workflow)."""
         staged, self.staged = self.staged, {}
         if staged:
-            await self.services.committer.commit(list(staged.values()))
+            await self.services.committer.commit(list(staged.values()), workflow_id=self.id)
 
     async def commit_pending(
         self,
@@ -365,7 +366,7 @@ class Run:
         if ops:
             batch += ops
         conditions = [Expect(key=journal_key, value=None), *(conds or ())]
-        if not await self.services.committer.commit(batch, conditions):
+        if not await self.services.committer.commit(batch, conditions, workflow_id=self.id):
             if not conds or await self.services.storage.get(journal_key) is not None:
                 raise Superseded()
             return False
@@ -382,7 +383,7 @@ class Run:
         ops: list[Op] = [Put(key=keys.wf(self.id), value=raw), *(extra or ())]
         ops += status_change_ops(self.state, new)
         cond = [Expect(key=keys.wf(self.id), value=self.state_raw)]
-        if not await self.services.committer.commit(ops, cond):
+        if not await self.services.committer.commit(ops, cond, workflow_id=self.id):
             raise Superseded()
         self.state, self.state_raw = new, raw
 
@@ -550,12 +551,17 @@ class Run:
                 old, status=status, result=result, error=error, updated_at=now, ended_at=now
             )
             ops: list[Op] = [Delete(key=keys.wake(self.id))]
+            claims = self.services.claims
+            if claims is not None:
+                ops += claims.release_ops(self.id)
             for step in sorted(self._open_pendings):
                 ops.append(Delete(key=keys.pending(self.id, step)))
             staged, self.staged = self.staged, {}
             ops += staged.values()
             await self._write_state_locked(new, ops)
             self._open_pendings.clear()
+            if claims is not None:
+                claims.forget(self.id)
         self.emit(status)  # type: ignore[arg-type]
         if self.has_children and self.services.children is not None:
             await self.services.children.close_children(self)

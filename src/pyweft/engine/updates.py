@@ -166,7 +166,7 @@ async def _apply(
         Delete(key=key),
         Put(key=keys.update_response(req.update_id), value=records.encode(response)),
     ]
-    if not await services.committer.commit(ops, [Expect(key=key, value=raw)]):
+    if not await services.committer.commit(ops, [Expect(key=key, value=raw)], workflow_id=run.id):
         log.error("update %s of %s was taken by another writer", req.update_id, run.id)
         return
     run.update_index[boundary] = index + 1
@@ -189,7 +189,7 @@ async def _respond_rejected(
         Delete(key=key),
         Put(key=keys.update_response(req.update_id), value=records.encode(response)),
     ]
-    if await run.services.committer.commit(ops, [Expect(key=key, value=raw)]):
+    if await run.services.committer.commit(ops, [Expect(key=key, value=raw)], workflow_id=run.id):
         run.services.on_update_response(response)
 
 
@@ -221,7 +221,9 @@ class UpdateRequestHandle:
 
 async def _write_response(run: Run, response: UpdateResponse) -> None:
     key = keys.update_response(response.update_id)
-    await run.services.committer.commit([Put(key=key, value=records.encode(response))])
+    await run.services.committer.commit(
+        [Put(key=key, value=records.encode(response))], workflow_id=run.id
+    )
     run.services.on_update_response(response)
     run.emit("update_completed", update_id=response.update_id, ok=True)
 

@@ -163,12 +163,12 @@ class LeaseManager:
                 "(async with Engine(...)) and let it acquire the lease before using it"
             )
 
-    def conditions(self) -> list[Expect]:
+    def conditions(self, workflow_id: str | None = None) -> list[Expect]:
         self.check()
         assert self.epoch_bytes is not None
         return [Expect(key=EPOCH_KEY, value=bytes(self.epoch_bytes))]
 
-    async def disambiguate(self) -> None:
+    async def disambiguate(self, workflow_id: str | None = None) -> None:
         """A fenced write failed: was it an ordinary lost race, or were we deposed?"""
         try:
             current = await self._storage.get(EPOCH_KEY)

@@ -1,0 +1,269 @@
+"""``ownership="workflow-lease"``: one fenced claim per run, so many engines share a store.
+
+Per run, two keys (as for the store lease, and for the same reason):
+
+* ``own:e:{id}`` — the run's 8-byte epoch. Minted as ``read + 1`` whenever the
+  claim moves to another engine, or when another engine suspends, cancels or
+  purges the run; never deleted, so a reused id can never resurrect an old
+  epoch.
+* ``own:h:{id}`` — JSON ``{engine_id, epoch, expires_at_ms, claimed_at}``,
+  rewritten by renewals, deleted when the owner finishes or suspends the run.
+
+A claim is taken in the same batch that makes a run runnable (start, child
+start, delayed start, resume, takeover), conditioned on the exact holder and
+epoch bytes just read. Every write the owner makes for the run carries
+``own:e == held epoch``; a failed write re-reads the epoch, and a changed one
+means the run was taken away: this engine stops driving it (the engine itself
+goes on). Claims are renewed every ``claim_renew_interval``, whether the run is
+busy or parked; a holder whose expiry plus two renewal intervals has passed
+may be taken over by any engine's reclaim scan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pyweft.clock import Clock
+from pyweft.engine import keys
+from pyweft.engine.ownership.lease import decode_epoch, encode_epoch
+from pyweft.errors import ConfigurationError, EngineDeposedError, LeaseCorruptedError
+from pyweft.storage.base import Delete, Expect, Op, Put, Storage
+
+GRACE_RENEWALS = 2  # a holder is stale once expires_at + 2 renewal intervals has passed
+
+log = logging.getLogger("pyweft.claims")
+
+
+def epoch_key(workflow_id: str) -> str:
+    return "own:e:" + keys.enc(workflow_id)
+
+
+def holder_key(workflow_id: str) -> str:
+    return "own:h:" + keys.enc(workflow_id)
+
+
+@dataclass(slots=True)
+class Claim:
+    workflow_id: str
+    epoch_bytes: bytes
+    holder_bytes: bytes
+    claimed_at: float
+    expires_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class HolderRecord:
+    engine_id: str
+    epoch: int
+    expires_at_ms: int
+    claimed_at: float
+
+
+def decode_holder(raw: bytes) -> HolderRecord | None:
+    try:
+        data = json.loads(raw)
+        record = HolderRecord(
+            str(data["engine_id"]),
+            int(data["epoch"]),
+            int(data["expires_at_ms"]),
+            float(data["claimed_at"]),
+        )
+    except (ValueError, TypeError, KeyError, UnicodeDecodeError):
+        return None
+    return record if record.engine_id and record.epoch >= 1 else None
+
+
+class ClaimRegistry:
+    """This engine's claims: the fence for its writes, plus acquire, renew and release."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        clock: Clock,
+        engine_id: str,
+        *,
+        ttl_s: float,
+        renew_interval_s: float,
+        on_lost: Callable[[str], None],
+    ) -> None:
+        if renew_interval_s <= 0 or ttl_s < 3 * renew_interval_s:
+            raise ConfigurationError(
+                f"claim_ttl ({ttl_s}s) must be at least 3 x claim_renew_interval "
+                f"({renew_interval_s}s), so a healthy owner renews well before expiry"
+            )
+        self._storage = storage
+        self._clock = clock
+        self.engine_id = engine_id
+        self.ttl = ttl_s
+        self.renew_interval = renew_interval_s
+        self._on_lost = on_lost
+        self.claims: dict[str, Claim] = {}
+        self._renewing: asyncio.Task[None] | None = None
+
+    # --- the fence ----------------------------------------------------------------------
+
+    def conditions(self, workflow_id: str | None = None) -> list[Expect]:
+        if workflow_id is None:
+            return []  # engine-scoped writes are not fenced per run
+        claim = self.claims.get(workflow_id)
+        if claim is None:
+            raise EngineDeposedError(
+                f"this engine does not hold the claim on workflow {workflow_id!r}",
+                workflow_id=workflow_id,
+            )
+        return [Expect(key=epoch_key(workflow_id), value=claim.epoch_bytes)]
+
+    async def disambiguate(self, workflow_id: str | None = None) -> None:
+        if workflow_id is None:
+            return
+        claim = self.claims.get(workflow_id)
+        try:
+            current = await self._storage.get(epoch_key(workflow_id))
+        except Exception:
+            current = None
+        if claim is None or current != claim.epoch_bytes:
+            self.lose(workflow_id, claim)
+            raise EngineDeposedError(
+                f"workflow {workflow_id!r} was taken over by another engine",
+                workflow_id=workflow_id,
+            )
+
+    def lose(self, workflow_id: str, claim: Claim | None) -> None:
+        if claim is not None and self.claims.get(workflow_id) is claim:
+            del self.claims[workflow_id]
+        log.warning("engine %s lost its claim on workflow %s", self.engine_id, workflow_id)
+        self._on_lost(workflow_id)
+
+    # --- acquire ------------------------------------------------------------------------
+
+    def _holder(self, epoch: int, claimed_at: float) -> tuple[bytes, int]:
+        expires = int((self._clock.now() + self.ttl) * 1000)
+        record = {
+            "engine_id": self.engine_id,
+            "epoch": epoch,
+            "expires_at_ms": expires,
+            "claimed_at": claimed_at,
+        }
+        return json.dumps(record, separators=(",", ":")).encode(), expires
+
+    def stale(self, holder: HolderRecord | None) -> bool:
+        if holder is None:
+            return True
+        grace_ms = GRACE_RENEWALS * self.renew_interval * 1000
+        return holder.expires_at_ms + grace_ms < self._clock.now() * 1000
+
+    async def acquire_ops(self, workflow_id: str) -> tuple[list[Op], list[Expect], Claim] | None:
+        """The writes and conditions that take the claim (to fold into the enabling batch).
+
+        ``None`` when another engine holds a live claim.
+        """
+        holder_raw = await self._storage.get(holder_key(workflow_id))
+        epoch_raw = await self._storage.get(epoch_key(workflow_id))
+        if holder_raw is not None:
+            holder = decode_holder(holder_raw)
+            if holder is not None and holder.engine_id != self.engine_id and not self.stale(holder):
+                return None
+        current = decode_epoch(epoch_raw) if epoch_raw is not None else 0
+        new_epoch = encode_epoch(current + 1)
+        now = self._clock.now()
+        holder_bytes, expires = self._holder(current + 1, now)
+        ops: list[Op] = [
+            Put(key=epoch_key(workflow_id), value=new_epoch),
+            Put(key=holder_key(workflow_id), value=holder_bytes),
+        ]
+        conds = [
+            Expect(key=holder_key(workflow_id), value=holder_raw),
+            Expect(key=epoch_key(workflow_id), value=epoch_raw),
+        ]
+        return ops, conds, Claim(workflow_id, new_epoch, holder_bytes, now, expires)
+
+    def adopt(self, claim: Claim) -> None:
+        self.claims[claim.workflow_id] = claim
+
+    async def acquire(self, workflow_id: str) -> bool:
+        """Take the claim on its own (resume, takeover). False if someone else holds it."""
+        for _ in range(5):
+            plan = await self.acquire_ops(workflow_id)
+            if plan is None:
+                return False
+            ops, conds, claim = plan
+            if await self._storage.conditional_batch(conds, ops):
+                self.adopt(claim)
+                return True
+        return False
+
+    # --- renew and release --------------------------------------------------------------
+
+    async def renew_all(self) -> None:
+        """Extend every claim this engine holds (single flight)."""
+        if self._renewing is not None and not self._renewing.done():
+            return
+        self._renewing = asyncio.get_running_loop().create_task(self._renew_all())
+        await asyncio.shield(self._renewing)
+
+    async def _renew_all(self) -> None:
+        for workflow_id, claim in list(self.claims.items()):
+            holder_bytes, expires = self._holder(decode_epoch(claim.epoch_bytes), claim.claimed_at)
+            try:
+                ok = await self._storage.conditional_batch(
+                    [
+                        Expect(key=holder_key(workflow_id), value=claim.holder_bytes),
+                        Expect(key=epoch_key(workflow_id), value=claim.epoch_bytes),
+                    ],
+                    [Put(key=holder_key(workflow_id), value=holder_bytes)],
+                )
+            except Exception as exc:
+                log.warning("claim renewal for %s unconfirmable: %s", workflow_id, exc)
+                continue
+            if ok:
+                claim.holder_bytes, claim.expires_ms = holder_bytes, expires
+            else:
+                self.lose(workflow_id, claim)
+
+    def release_ops(self, workflow_id: str) -> list[Op]:
+        """What the owner adds to a terminal or suspend commit: drop the holder, keep the epoch."""
+        return [Delete(key=holder_key(workflow_id))] if workflow_id in self.claims else []
+
+    def forget(self, workflow_id: str) -> None:
+        self.claims.pop(workflow_id, None)
+
+    async def release_all(self) -> None:
+        """Best effort on shutdown: let other engines take our runs over at once."""
+        if self._renewing is not None:
+            await asyncio.gather(self._renewing, return_exceptions=True)
+        await self.release_all_of(list(self.claims))
+
+    async def release_all_of(self, workflow_ids: list[str]) -> None:
+        for workflow_id in workflow_ids:
+            claim = self.claims.pop(workflow_id, None)
+            if claim is None:
+                continue
+            try:
+                await self._storage.conditional_batch(
+                    [
+                        Expect(key=holder_key(workflow_id), value=claim.holder_bytes),
+                        Expect(key=epoch_key(workflow_id), value=claim.epoch_bytes),
+                    ],
+                    [Delete(key=holder_key(workflow_id))],
+                )
+            except Exception:
+                log.debug("could not release claim on %s", workflow_id, exc_info=True)
+
+
+async def rotation_ops(storage: Storage, workflow_id: str) -> tuple[list[Op], list[Expect]]:
+    """An external suspend/cancel/purge takes the run from its owner: bump the epoch and
+    drop the holder, in the same batch as the state change."""
+    epoch_raw = await storage.get(epoch_key(workflow_id))
+    try:
+        current = decode_epoch(epoch_raw) if epoch_raw is not None else 0
+    except LeaseCorruptedError:
+        current = 0
+    ops: list[Op] = [
+        Put(key=epoch_key(workflow_id), value=encode_epoch(current + 1)),
+        Delete(key=holder_key(workflow_id)),
+    ]
+    return ops, [Expect(key=epoch_key(workflow_id), value=epoch_raw)]
