@@ -16,6 +16,7 @@ from pyweft.engine.engine import Engine
 from pyweft.engine.events import WorkflowEvent
 from pyweft.engine.handle import WorkflowHandle
 from pyweft.engine.info import Page, StepInfo, WorkflowInfo
+from pyweft.engine.ownership import StoreOwnership
 from pyweft.engine.ownership.lease import LeaseHealth
 from pyweft.engine.records import ErrorInfo
 from pyweft.engine.reviews import Escalation, ReviewDecision, ReviewInfo
@@ -93,6 +94,7 @@ __all__ = [
     "History",
     "HistoryEvent",
     "LeaseHealth",
+    "StoreOwnership",
     "ReviewDecision",
     "ReviewInfo",
     "UpdateRequestHandle",

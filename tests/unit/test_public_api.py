@@ -15,7 +15,7 @@ EXPECTED = {
     "ErrorInfo", "Page", "StepInfo", "WorkflowInfo", "Clock", "DefaultPayloadCodec",
     "MemoryStorage", "PayloadCodec", "SQLiteStorage", "Storage", "SystemClock", "VirtualClock",
     "open_storage", "__version__", "Escalation", "History", "HistoryEvent", "ReviewDecision",
-    "ReviewInfo", "UpdateRequestHandle", "WorkflowEvent", "Saga", "Group", "LeaseHealth",
+    "ReviewInfo", "UpdateRequestHandle", "WorkflowEvent", "Saga", "Group", "LeaseHealth", "StoreOwnership",
     "LeaseLostWarning", "SecondInstanceWarning",
 }  # fmt: skip
 

@@ -7,13 +7,14 @@ import os
 import sys
 from collections import Counter
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
 import pyweft
-from pyweft import Engine, PyweftError, SQLiteStorage, Storage
+from pyweft import Engine, PyweftError, SQLiteStorage, Storage, StoreOwnership
 from pyweft.cli import DbOption, JsonOption, render
 from pyweft.storage import default_storage_url
 
@@ -38,6 +39,12 @@ class Report:
     new_store: bool
     runs: dict[str, int]
     total_runs: int
+    ownership_mode: str | None = None
+    lease_holder: str | None = None
+    lease_epoch: int | str | None = None
+    lease_expires_at: str | None = None
+    lease_live: bool = False
+    live_claims: int = 0
 
 
 def durability_of(storage: Storage) -> str:
@@ -56,20 +63,26 @@ async def examine(url: str) -> Report:
     try:
         await engine.open()
         counts: Counter[str] = Counter()
-        cursor: str | None = None
-        while True:  # one pass over every run; fine until the engine can count
-            page = await engine.list(limit=_PAGE, cursor=cursor)
-            counts.update(info.status for info in page.items)
-            if (cursor := page.next_cursor) is None:
-                break
+        for group in await engine.aggregate(group_by="status"):
+            counts[str(group.key)] = group.count
+        ownership = await engine.store_ownership()
     finally:
         await engine.shutdown()
-    return _report(url, engine, counts)
+    return _report(url, engine, counts, ownership)
 
 
-def _report(url: str, engine: Engine, counts: Counter[str]) -> Report:
+def _report(url: str, engine: Engine, counts: Counter[str], ownership: StoreOwnership) -> Report:
     storage = engine.storage
+    expires = ownership.lease_expires_at
     return Report(
+        ownership_mode=ownership.mode,
+        lease_holder=ownership.lease_holder,
+        lease_epoch=ownership.lease_epoch,
+        lease_expires_at=None
+        if expires is None
+        else datetime.fromtimestamp(expires, tz=UTC).isoformat(),
+        lease_live=ownership.lease_live,
+        live_claims=ownership.live_claims,
         pyweft_version=pyweft.__version__,
         python_version=sys.version.split()[0],
         url=url,
@@ -103,6 +116,16 @@ def _print(report: Report) -> None:
     grid.add_row("schema", schema)
     by_status = ", ".join(f"{n} {render.status_text(s)}" for s, n in report.runs.items())
     grid.add_row("runs", f"{report.total_runs} total" + (f": {by_status}" if by_status else ""))
+    grid.add_row("ownership", escape(report.ownership_mode or "none (no fencing engine used it)"))
+    if report.lease_holder is not None or report.lease_epoch is not None:
+        state = "[green]live[/]" if report.lease_live else "[yellow]expired or released[/]"
+        grid.add_row(
+            "lease",
+            f"{state}, holder {escape(str(report.lease_holder))}, epoch {report.lease_epoch}, "
+            f"expires {report.lease_expires_at}",
+        )
+    if report.ownership_mode == "workflow-lease":
+        grid.add_row("claims", f"{report.live_claims} live run claim(s)")
     render.console().print(grid)
 
 

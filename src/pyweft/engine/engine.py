@@ -36,7 +36,7 @@ from pyweft.engine.core import EngineCore
 from pyweft.engine.events import WorkflowEvent
 from pyweft.engine.handle import WorkflowHandle
 from pyweft.engine.info import Page, WorkflowInfo
-from pyweft.engine.ownership import MODES, check_mode_marker
+from pyweft.engine.ownership import MODES, StoreOwnership, check_mode_marker, read_ownership
 from pyweft.engine.ownership.claims import ClaimRegistry
 from pyweft.engine.ownership.detector import SecondInstanceDetector
 from pyweft.engine.ownership.lease import LeaseHealth, LeaseManager
@@ -419,6 +419,12 @@ class Engine:
         """Another engine took the lease: stop everything, on a later loop iteration."""
         loop = asyncio.get_running_loop()
         loop.call_soon(lambda: loop.create_task(self.shutdown()))
+
+    async def store_ownership(self) -> StoreOwnership:
+        """What the store records about ownership: its mode marker, the store lease (holder,
+        epoch, expiry) and how many run claims are live. Reads only."""
+        self._core.services_or_raise()
+        return await read_ownership(self._core.storage, self.clock.now())
 
     def lease_health(self) -> LeaseHealth:
         """The store lease as this engine sees it (``no-lease`` unless ``ownership="lease"``)."""

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Literal
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from pyweft.errors import OwnershipModeMismatchError, StorageCapabilityError
 from pyweft.storage.base import Expect, Put, Storage
@@ -43,3 +44,43 @@ async def check_mode_marker(storage: Storage, mode: str, now: float) -> None:
                 stored_mode=str(stored),
             )
         return
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StoreOwnership:
+    """What a store records about who may write to it (``engine.store_ownership()``)."""
+
+    mode: str | None  # the mode marker of fencing engines; None if only 'none' engines used it
+    lease_holder: str | None = None
+    lease_epoch: int | str | None = None
+    lease_expires_at: float | None = None
+    lease_live: bool = False
+    live_claims: int = 0
+
+
+async def read_ownership(storage: Storage, now: float) -> StoreOwnership:
+    from pyweft.engine.ownership.claims import decode_holder as decode_claim
+    from pyweft.engine.ownership.lease import read_lease
+
+    raw = await storage.get(MARKER_KEY)
+    mode: str | None = None
+    if raw is not None:
+        try:
+            data: Any = json.loads(raw)
+            mode = str(data.get("mode"))
+        except (ValueError, AttributeError):
+            mode = "<unreadable>"
+    lease = await read_lease(storage, now)
+    live = 0
+    for _, value in await storage.scan("own:h:"):
+        holder = decode_claim(value)
+        if holder is not None and holder.expires_at_ms > now * 1000:
+            live += 1
+    return StoreOwnership(
+        mode=mode,
+        lease_holder=lease["holder"],
+        lease_epoch=lease["epoch"],
+        lease_expires_at=lease["expires_at"],
+        lease_live=lease["live"],
+        live_claims=live,
+    )
