@@ -10,6 +10,7 @@ asked to cancel.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -77,7 +78,12 @@ async def child_step(
             )
         )
         return cid
-    state = await run.live(host.wait_terminal(cid))
+    try:
+        state = await run.live(host.wait_terminal(cid))
+    except asyncio.CancelledError:
+        if not run.stopping:  # lost a race, or the parent was cancelled: the child goes too
+            await asyncio.shield(host.cancel_child(cid))
+        raise
     if state.status == "completed":
         done = StepRecord(
             step=step,

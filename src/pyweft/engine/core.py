@@ -316,6 +316,14 @@ class EngineCore:
             await asyncio.sleep(delay)
             delay = min(delay * 2, self.poll_interval)
 
+    async def cancel_child(self, workflow_id: str) -> None:
+        from pyweft.engine import control
+
+        try:
+            await control.cancel(self, workflow_id)
+        except Exception:
+            log.exception("could not cancel child %s", workflow_id)
+
     def claim_lost(self, workflow_id: str) -> None:
         """Another engine took this run over: stop driving it, write nothing more."""
         run = self.runs.get(workflow_id)

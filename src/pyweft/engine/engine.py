@@ -479,9 +479,13 @@ class Engine:
 
     # --- results and control ------------------------------------------------------------
 
-    async def result(self, workflow_id: str, *, timeout: float | None = None) -> Any:
-        """Wait for a run to finish; return its result or raise its failure."""
-        return await control.result(self._core, workflow_id, timeout)
+    async def result(self, workflow_id: str, *, timeout: Duration | None = None) -> Any:
+        """Wait for a run to finish; return its result or raise its failure.
+
+        ``timeout`` bounds the wait only (seconds, ``timedelta`` or ``"30s"``).
+        """
+        seconds = parse_optional_duration(timeout, field="timeout")
+        return await control.result(self._core, workflow_id, seconds)
 
     async def cancel(self, workflow_id: str) -> None:
         """Ask a run to stop. The workflow sees ``asyncio.CancelledError`` at its current step.

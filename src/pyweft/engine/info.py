@@ -34,6 +34,7 @@ class WorkflowInfo:
     attributes: dict[str, Any] | None = None  # filled by describe(), not by list()
     forked_from: str | None = None
     forked_at_step: int | None = None
+    last_step_at: datetime | None = None  # filled by describe(): when the latest step finished
 
     @property
     def is_terminal(self) -> bool:

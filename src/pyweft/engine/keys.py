@@ -36,6 +36,7 @@ Layout (``{id}`` is an encoded workflow id):
 ``review:{review_id}``                a human review request and its decision
 ``wake:{id}``                         another process wrote something this run must see
 ``rvix:{status}:{created16}:{review_id}``  reviews by status
+``rvw:{id}:{review_id}``              reviews of a run (for purge)
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ SCHEMA_VERSION = 1
 
 RESERVED_PREFIXES = (
     "meta:", "wf:", "ix:", "idem:", "sig:", "sigseq:", "sigres:", "upd:", "upr:", "upk:", "upo:",
-    "review:", "rvix:", "wake:",
+    "review:", "rvix:", "rvw:", "wake:", "own:",
 )  # fmt: skip
 
 
@@ -220,3 +221,7 @@ def wake(workflow_id: str) -> str:
 def wake_value() -> bytes:
     """A fresh marker value, so deleting a handled marker never swallows a newer one."""
     return uuid.uuid4().bytes
+
+
+def review_of_run(workflow_id: str, review_id: str) -> str:
+    return f"rvw:{enc(workflow_id)}:{enc(review_id)}"

@@ -43,6 +43,8 @@ async def set_attributes(core: EngineCore, workflow_id: str, values: Mapping[str
         attrs_raw = await core.storage.get(attrs_key)
         old = records.decode_attributes(attrs_raw) if attrs_raw else {}
         ops = attributes.changes(workflow_id, state.created_at, old, attributes.merged(old, update))
+        # The engine driving the run (elsewhere) must reload them before it sets its own.
+        ops.append(Put(key=keys.wake(workflow_id), value=keys.wake_value()))
         conds = [
             Expect(key=attrs_key, value=attrs_raw),
             Expect(key=keys.wf(workflow_id), value=state_raw),
@@ -149,6 +151,14 @@ async def purge_run(core: EngineCore, workflow_id: str) -> bool:
     ):
         doomed += [k for k, _ in await storage.scan(scan_prefix)]
     doomed.append(keys.signal_seq(workflow_id))
+    for key, _ in await storage.scan(f"rvw:{keys.enc(workflow_id)}:"):
+        review_id = keys.id_from_index_key(key)
+        raw = await storage.get(keys.review(review_id))
+        if raw is not None:
+            review = records.decode_review(raw)
+            doomed.append(keys.review(review_id))
+            doomed.append(keys.review_index(review.status, review.created_at, review_id))
+        doomed.append(key)
     ops: list[Op] = [Delete(key=k) for k in dict.fromkeys(doomed)]
     return await core.committer.commit(ops, [Expect(key=prefix, value=loaded.state_raw)])
 

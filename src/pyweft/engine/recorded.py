@@ -58,7 +58,8 @@ def get_version(run: Run, change_id: str, min_supported: int, max_supported: int
         )
     pinned = run.version_pins.get(change_id)
     if pinned is None:
-        recorded_ahead = run.replaying or bool(run.pendings)
+        allocated = run.steps_allocated
+        recorded_ahead = run.replaying or any(step > allocated for step in run.pendings)
         pinned = min_supported if recorded_ahead else max_supported
         run.version_pins[change_id] = pinned
         key = keys.version_pin(run.id, change_id)

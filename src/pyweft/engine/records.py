@@ -55,6 +55,7 @@ class WorkflowState(msgspec.Struct, array_like=True):
     forked_from: str | None = None
     forked_at_step: int | None = None
     ended_at: float | None = None
+    generation_started_at: float = 0.0  # when continue_as_new began this generation
 
 
 class StepRecord(msgspec.Struct, array_like=True):
@@ -148,6 +149,7 @@ class UpdateResponse(msgspec.Struct, array_like=True):
     answered_at: float
     value: bytes | None = None
     error: ErrorInfo | None = None
+    name: str = ""  # the update's name
 
 
 class AppliedUpdate(msgspec.Struct, array_like=True):

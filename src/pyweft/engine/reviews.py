@@ -10,6 +10,8 @@ crash the stored decision is found again and nobody is asked twice.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,8 +35,10 @@ from pyweft.storage.base import Delete, Expect, Op, Put
 
 Decision = Literal["approved", "rejected", "needs_changes"]
 DECISIONS: tuple[str, ...] = ("approved", "rejected", "needs_changes")
-REVIEW_STATUSES: tuple[str, ...] = ("pending", *DECISIONS, "expired")
+REVIEW_STATUSES: tuple[str, ...] = ("pending", *DECISIONS, "expired", "withdrawn")
 _ACTIONS = {"auto-approve": "approved", "auto-reject": "rejected"}
+
+log = logging.getLogger("pyweft.reviews")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -44,6 +48,15 @@ class Escalation:
     after: float
     action: Literal["auto-approve", "auto-reject"] | None = None
     to: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # Accept durations like "1h" here too, as every other duration option does.
+        object.__setattr__(self, "after", parse_duration(self.after, field="escalation after"))
+        if self.action is not None and self.action not in _ACTIONS:
+            raise InvalidArgumentError(
+                f"escalation action must be 'auto-approve' or 'auto-reject', got {self.action!r}"
+            )
+        object.__setattr__(self, "to", tuple(self.to))
 
     @staticmethod
     def parse(value: Escalation | Mapping[str, Any]) -> Escalation:
@@ -179,6 +192,7 @@ async def review_step(
             [
                 Put(key=keys.review(record.review_id), value=records.encode(record)),
                 Put(key=index, value=b""),
+                Put(key=keys.review_of_run(run.id, record.review_id), value=b""),
             ],
         )
         run.emit("review_requested", step=step, review_id=record.review_id)
@@ -238,7 +252,26 @@ async def review_step(
         if await _escalate(run, record, raw, escalation, now):
             continue
         wake = _next_wake(record, escalation)
-        await run.live(run.changed(wake))
+        try:
+            await run.live(run.changed(wake))
+        except asyncio.CancelledError:
+            if not run.stopping:  # lost a race, or the workflow was cancelled: withdraw it
+                await asyncio.shield(_withdraw(run, key))
+            raise
+
+
+async def _withdraw(run: Run, key: str) -> None:
+    raw = await run.services.storage.get(key)
+    if raw is None:
+        return
+    record = records.decode_review(raw)
+    if record.status != "pending":
+        return
+    _, ops = _with_status(record, status="withdrawn", decided_at=run.services.clock.now())
+    try:
+        await run.services.committer.commit(ops, [Expect(key=key, value=raw)], workflow_id=run.id)
+    except Exception:
+        log.warning("could not withdraw review %s", record.review_id, exc_info=True)
 
 
 async def _escalate(

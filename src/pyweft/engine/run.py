@@ -65,6 +65,8 @@ class ChildHost(Protocol):
 
     async def wait_terminal(self, workflow_id: str) -> WorkflowState: ...
 
+    async def cancel_child(self, workflow_id: str) -> None: ...
+
     async def close_children(self, parent: Run) -> None: ...
 
 
@@ -149,7 +151,7 @@ class Run:
         self.has_children = False
         self.attributes: dict[str, Any] = dict(attributes or {})
         # ctx.now(): the time the latest step the workflow saw was recorded; replay-stable.
-        self.logical_now = state.created_at
+        self.logical_now = state.generation_started_at or state.created_at
         seed = hashlib.sha256(f"{state.id}\x00{state.generation}".encode()).digest()
         self.rng = random.Random(int.from_bytes(seed[:8], "big"))
         self.recorded_updates: dict[int, list[AppliedUpdate]] = {}
@@ -210,7 +212,7 @@ class Run:
         """Called when a step starts running for real: cancellation and updates land here."""
         if self.fatal is not None:
             raise self.fatal
-        if self.terminating is not None:
+        if self.terminating is not None or self.stopping:
             raise asyncio.CancelledError()
         if self.cancel_requested and not self.cancel_delivered:
             self.cancel_delivered = True
@@ -306,8 +308,15 @@ class Run:
             return True
         return await self.commit_steps([(rec, list(ops or ()), list(conds or ()))])
 
+    def _refuse_if_stopping(self) -> None:
+        # Suspended or shutting down: the workflow must not record anything more, or a
+        # cleanup path it takes on CancelledError would be journaled and break replay.
+        if self.stopping:
+            raise asyncio.CancelledError()
+
     async def commit_steps(self, entries: Deferred) -> bool:
         """Commit several step records (and their side effects) in one batch."""
+        self._refuse_if_stopping()
         batch: list[Op] = []
         conditions: list[Expect] = []
         keys_written = []
@@ -349,6 +358,7 @@ class Run:
 
     async def flush_staged(self) -> None:
         """Write staged side effects now (e.g. attributes set from outside the workflow)."""
+        self._refuse_if_stopping()
         staged, self.staged = self.staged, {}
         if staged:
             await self.services.committer.commit(list(staged.values()), workflow_id=self.id)
@@ -360,6 +370,7 @@ class Run:
         conds: list[Expect] | None = None,
     ) -> bool:
         """Record an open step's progress. ``False`` only when one of ``conds`` failed."""
+        self._refuse_if_stopping()
         journal_key = f"{self._journal_prefix}{pend.step:010d}"
         pending_key = keys.pending(self.id, pend.step)
         batch: list[Op] = [Put(key=pending_key, value=records.encode(pend))]
@@ -489,7 +500,11 @@ class Run:
         ]
         now = self.services.clock.now()
         new = msgspec.structs.replace(
-            self.state, args=payload, generation=self.state.generation + 1, updated_at=now
+            self.state,
+            args=payload,
+            generation=self.state.generation + 1,
+            generation_started_at=now,
+            updated_at=now,
         )
         async with self._lock:
             staged, self.staged = self.staged, {}
@@ -506,6 +521,8 @@ class Run:
         try:
             args = decode_args(self.services.codec, self.state.args, self.definition.param_types)
             value = await self.definition.fn(make_context(self), *args)
+            if self.stopping:
+                return  # suspended or shutting down: it resumes from its journal later
             if self.terminating is not None:
                 raise asyncio.CancelledError()
             if self.fatal is not None:
@@ -544,6 +561,7 @@ class Run:
     async def finish(
         self, status: str, *, result: bytes | None = None, error: ErrorInfo | None = None
     ) -> None:
+        self._refuse_if_stopping()
         async with self._lock:
             old = self.state
             now = self.services.clock.now()

@@ -144,6 +144,7 @@ async def _apply(
             ok=True,
             answered_at=now,
             value=run.encode_result(value, f"answer to update {req.name!r}"),
+            name=req.name,
         )
     except Exception as exc:
         response = UpdateResponse(
@@ -152,6 +153,7 @@ async def _apply(
             ok=False,
             answered_at=now,
             error=records.error_info(exc),
+            name=req.name,
         )
     applied = AppliedUpdate(
         boundary=boundary,
@@ -184,6 +186,7 @@ async def _respond_rejected(
         ok=False,
         answered_at=run.services.clock.now(),
         error=ErrorInfo(type="UpdateRejectedError", message=str(exc), code="UpdateRejectedError"),
+        name=req.name,
     )
     ops: list[Op] = [
         Delete(key=key),
@@ -215,6 +218,7 @@ class UpdateRequestHandle:
             ok=True,
             answered_at=run.services.clock.now(),
             value=run.encode_result(value, f"answer to update {self.name!r}"),
+            name=self.name,
         )
         return asyncio.get_running_loop().create_task(_write_response(run, response))
 
@@ -477,9 +481,10 @@ class UpdateClient:
         err = response.error or ErrorInfo(type="Exception", message="")
         if err.type == "UpdateRejectedError":
             raise UpdateRejectedError(
-                f"update {response.update_id!r} was rejected: {err.message}",
+                f"update {response.name or response.update_id!r} ({response.update_id}) was "
+                f"rejected: {err.message}",
                 workflow_id=response.workflow_id,
-                update=response.update_id,
+                update=response.name,
             )
         raise UpdateFailedError(
             f"update {response.update_id!r} failed: {err.type}: {err.message}",

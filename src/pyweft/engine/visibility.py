@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -144,8 +145,11 @@ class Visibility:
         loaded = await load_run(self._storage, workflow_id)
         if loaded is None:
             raise not_found(workflow_id)
-        updated = max([loaded.state.updated_at, *(r.finished_at for r in loaded.journal.values())])
-        return self._info(loaded.state, len(loaded.journal), updated, dict(loaded.attributes))
+        info = self._info(
+            loaded.state, len(loaded.journal), loaded.state.updated_at, dict(loaded.attributes)
+        )
+        last = max((r.finished_at for r in loaded.journal.values()), default=None)
+        return dataclasses.replace(info, last_step_at=None if last is None else to_datetime(last))
 
     async def history(self, workflow_id: str) -> History:
         loaded = await load_run(self._storage, workflow_id)
@@ -253,6 +257,8 @@ class Visibility:
                     value = values.get(attr or "")
                     found = list(value) if isinstance(value, builtins.list) else [value]
                 for k in found:
+                    if k is None:
+                        continue  # like the index: runs without the attribute are not counted
                     counts[k] = counts.get(k, 0) + 1
         groups = [Group(key=k, count=n) for k, n in counts.items()]
         groups.sort(key=lambda g: (-g.count, str(g.key)))

@@ -78,6 +78,13 @@ async def wake(core: EngineCore, run: Run) -> None:
                 run.task.cancel()
             return
         await run.adopt_state(state, raw)
+    attrs_raw = await core.storage.get(keys.attributes(run.id))
+    if attrs_raw is not None:
+        stored = records.decode_attributes(attrs_raw)
+        staged = keys.attributes(run.id) in run.staged
+        # Attributes set from outside join the run's view; changes the run has not
+        # committed yet win over them.
+        run.attributes = {**stored, **run.attributes} if staged else {**run.attributes, **stored}
     run.updates_dirty = True
     run.signal_cache.clear()
     run.notify()
