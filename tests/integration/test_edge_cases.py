@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from support.backends import Backend
-from support.poll import eventually
 
 from pyweft import (
     Escalation,
@@ -15,6 +13,8 @@ from pyweft import (
     activity,
     workflow,
 )
+from support.backends import Backend
+from support.poll import eventually
 
 ran: list[str] = []
 
