@@ -11,6 +11,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pyweft.clock import Clock, SystemClock, VirtualClock
 from pyweft.codec import DefaultPayloadCodec, PayloadCodec
 from pyweft.definitions import RetryPolicy, activity, workflow
+from pyweft.durations import format_duration, parse_duration
 from pyweft.engine.context import WorkflowContext
 from pyweft.engine.engine import Engine
 from pyweft.engine.events import WorkflowEvent
@@ -112,6 +113,8 @@ __all__ = [
     "SystemClock",
     "VirtualClock",
     "open_storage",
+    "parse_duration",
+    "format_duration",
     # errors and warnings
     "ActivityError",
     "ActivityNotRegisteredError",

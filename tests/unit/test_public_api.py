@@ -15,7 +15,8 @@ EXPECTED = {
     "ErrorInfo", "Page", "StepInfo", "WorkflowInfo", "Clock", "DefaultPayloadCodec",
     "MemoryStorage", "PayloadCodec", "SQLiteStorage", "Storage", "SystemClock", "VirtualClock",
     "open_storage", "__version__", "Escalation", "History", "HistoryEvent", "ReviewDecision",
-    "ReviewInfo", "UpdateRequestHandle", "WorkflowEvent", "Saga", "Group", "LeaseHealth", "StoreOwnership",
+    "ReviewInfo", "UpdateRequestHandle", "WorkflowEvent", "Saga", "Group", "LeaseHealth",
+    "StoreOwnership", "parse_duration", "format_duration",
     "LeaseLostWarning", "SecondInstanceWarning",
 }  # fmt: skip
 

@@ -1,4 +1,5 @@
-"""The ``pyweft`` typer app: ``version``, ``doctor``, ``demo``, ``workflows`` and ``reviews``."""
+"""The ``pyweft`` typer app: ``version``, ``doctor``, ``demo``, ``workflows``, ``reviews`` and
+``versions``."""
 
 from __future__ import annotations
 
@@ -7,12 +8,12 @@ import platform
 import typer
 
 import pyweft
-from pyweft.cli import demo, doctor, render, reviews, workflows
+from pyweft.cli import demo, doctor, render, reviews, versions, workflows
 
 app = typer.Typer(
     name="pyweft",
-    help="Durable execution for Python: inspect stores and runs, message them, decide reviews, "
-    "or try the demo.",
+    help="Durable execution for Python: inspect stores and runs, message and fork them, decide "
+    "reviews, check versions before a deploy, or try the demo.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_show_locals=False,  # locals may hold connection strings
@@ -21,6 +22,7 @@ app.command("doctor")(doctor.doctor)
 app.command("demo")(demo.demo)
 app.add_typer(workflows.app, name="workflows")
 app.add_typer(reviews.app, name="reviews")
+app.add_typer(versions.app, name="versions")
 
 
 @app.command("version")

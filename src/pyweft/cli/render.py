@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from pyweft import ErrorInfo, HistoryEvent, ReviewInfo, StepInfo, WorkflowInfo
+from pyweft import ErrorInfo, Group, HistoryEvent, ReviewInfo, StepInfo, WorkflowInfo
 
 STATUS_STYLES = {
     "completed": "green",
@@ -92,7 +92,15 @@ def info_dict(info: WorkflowInfo) -> dict[str, Any]:
         "result": info.result,
         "error": error_dict(info.error),
         "cancel_requested": info.cancel_requested,
+        "parent_id": info.parent_id,
+        "tags": info.tags,
+        "forked_from": info.forked_from,
+        "forked_at_step": info.forked_at_step,
     }
+
+
+def group_dict(group: Group) -> dict[str, Any]:
+    return {"key": group.key, "count": group.count}
 
 
 def step_dict(step: StepInfo) -> dict[str, Any]:
@@ -160,20 +168,48 @@ def status_text(status: str) -> str:
 
 
 def runs_table(items: list[WorkflowInfo]) -> Table:
+    """Runs, one per row; parent and tags columns appear only when some run has them."""
+    parents = any(info.parent_id is not None for info in items)
+    tags = any(info.tags for info in items)
     table = Table(show_edge=False, pad_edge=False, header_style="bold")
     table.add_column("id", overflow="fold")
     table.add_column("type", overflow="fold")
     table.add_column("status", no_wrap=True)
     table.add_column("created", no_wrap=True)
     table.add_column("updated", no_wrap=True)
+    if parents:
+        table.add_column("parent", overflow="fold")
+    if tags:
+        table.add_column("tags", overflow="fold")
     for info in items:
-        table.add_row(
+        cells = [
             escape(info.id),
             escape(info.workflow_type),
             status_text(info.status),
             when(info.created_at),
             clock_time(info.updated_at, info.created_at),
-        )
+        ]
+        if parents:
+            cells.append(escape(info.parent_id or ""))
+        if tags:
+            cells.append(escape(", ".join(info.tags)))
+        table.add_row(*cells)
+    return table
+
+
+def group_key_text(key: object) -> str:
+    """A group's key: text as it is, other values (numbers, booleans, times) as JSON."""
+    return key if isinstance(key, str) else value_text(key)
+
+
+def groups_table(groups: list[Group], by: str) -> Table:
+    """``workflows count``: one row per group, largest first."""
+    table = Table(show_edge=False, pad_edge=False, header_style="bold")
+    table.add_column(escape(by), overflow="fold")
+    table.add_column("count", justify="right", no_wrap=True)
+    for group in groups:
+        key = group_key_text(group.key)
+        table.add_row(status_text(key) if by == "status" else escape(key), str(group.count))
     return table
 
 

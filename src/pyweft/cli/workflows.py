@@ -1,10 +1,12 @@
 """``pyweft workflows ...``: read runs, and send them messages, from a separate process.
 
-The CLI opens its engine with ``recover=False`` and registers no workflow
-types, so it never drives a run. What it writes (a signal, an update request,
-a cancel, a suspension) lands in the store; the engine process that drives
-the run picks it up when it next polls the store, or an engine that recovers
-the run later does.
+This module holds the group and the commands that write to a run; reading
+(``list``, ``show``, ``count``) lives in :mod:`pyweft.cli.runs` and ``fork``
+in :mod:`pyweft.cli.forks`. The CLI opens its engine with ``recover=False``
+and registers no workflow types, so it never drives a run. What it writes (a
+signal, an update request, a cancel, a suspension) lands in the store; the
+engine process that drives the run picks it up when it next polls the store,
+or an engine that recovers the run later does.
 """
 
 from __future__ import annotations
@@ -16,26 +18,19 @@ from typing import Annotated, Any, Literal
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
-from pyweft import (
-    Engine,
-    History,
-    Page,
-    PyweftError,
-    UpdateTimeoutError,
-    WorkflowInfo,
-)
-from pyweft.cli import DbOption, JsonOption, json_argument, render, run
+from pyweft import PyweftError, UpdateTimeoutError, WorkflowInfo
+from pyweft.cli import DbOption, JsonOption, forks, json_argument, render, run, runs
+from pyweft.cli.runs import IdArgument
+from pyweft.cli.store import open_engine
 
 app = typer.Typer(
-    help="Inspect workflow runs in a store and send them signals, updates and lifecycle "
-    "requests. Never drives a run itself.",
+    help="Inspect, count and fork workflow runs in a store, and send them signals, updates "
+    "and lifecycle requests. Never drives a run itself.",
     no_args_is_help=True,
     add_completion=False,
 )
 
-IdArgument = Annotated[str, typer.Argument(metavar="ID", help="The workflow run id.")]
 TimeoutOption = Annotated[
     str, typer.Option("--timeout", help="How long to wait for the answer: 5s, 500ms, 2m, 1h30m.")
 ]
@@ -44,94 +39,10 @@ _JSON_TEXT = (
 )
 
 
-def _engine(db: str | None) -> Engine:
-    # recover=False: this short-lived process must never resume (drive) anybody's runs.
-    return Engine(db, recover=False)
-
-
-# --- list / show --------------------------------------------------------------------
-
-
-async def _list(
-    db: str | None, status: str | None, workflow_type: str | None, limit: int, cursor: str | None
-) -> Page[WorkflowInfo]:
-    async with _engine(db) as engine:
-        return await engine.list(
-            status=status, workflow_type=workflow_type, limit=limit, cursor=cursor
-        )
-
-
-async def _show(db: str | None, workflow_id: str) -> tuple[WorkflowInfo, History]:
-    async with _engine(db) as engine:
-        return await engine.describe(workflow_id), await engine.history(workflow_id)
-
-
-@app.command("list")
-def list_runs(
-    db: DbOption = None,
-    status: Annotated[
-        str | None, typer.Option("--status", help="Only runs in this status, e.g. running.")
-    ] = None,
-    workflow_type: Annotated[
-        str | None, typer.Option("--type", help="Only runs of this workflow type.")
-    ] = None,
-    limit: Annotated[int, typer.Option("--limit", help="Runs per page (1-1000).")] = 50,
-    cursor: Annotated[
-        str | None, typer.Option("--cursor", help="Continue from a previous page's cursor.")
-    ] = None,
-    as_json: JsonOption = False,
-) -> None:
-    """List runs, newest first."""
-    page = run(_list(db, status, workflow_type, limit, cursor))
-    if as_json:
-        render.print_json(
-            {"items": [render.info_dict(i) for i in page.items], "next_cursor": page.next_cursor}
-        )
-        return
-    out = render.console()
-    if not page.items:
-        out.print("no workflow runs match")
-    else:
-        out.print(render.runs_table(page.items))
-    if page.next_cursor is not None:
-        out.print(f"more runs: --cursor {page.next_cursor}", soft_wrap=True)
-
-
-@app.command("show")
-def show_run(workflow_id: IdArgument, db: DbOption = None, as_json: JsonOption = False) -> None:
-    """Show one run: its state, result or error, every step, and its events in order."""
-    info, history = run(_show(db, workflow_id))
-    if as_json:
-        render.print_json(
-            {
-                **render.info_dict(info),
-                "steps": [render.step_dict(s) for s in history.steps],
-                "events": [render.event_dict(e) for e in history.events],
-            }
-        )
-        return
-    out = render.console()
-    summary = Table.grid(padding=(0, 2))
-    summary.add_column(style="bold")
-    summary.add_column(overflow="fold")
-    summary.add_row("id", escape(info.id))
-    summary.add_row("status", render.status_text(info.status))
-    summary.add_row("type", f"{escape(info.workflow_type)} (version {info.version})")
-    summary.add_row("created", render.when(info.created_at))
-    summary.add_row("updated", render.when(info.updated_at))
-    if info.status == "completed":
-        summary.add_row("result", escape(render.value_text(info.result)))
-    if info.error is not None:
-        summary.add_row("error", escape(f"{info.error.type}: {info.error.message}"))
-    if info.cancel_requested and info.status != "cancelled":
-        summary.add_row("cancel", "requested")
-    out.print(summary)
-    out.print()
-    steps = history.steps
-    out.print(render.steps_table(steps, info.created_at) if steps else "no steps recorded yet")
-    out.print()
-    out.print("[bold]events[/]")
-    out.print(render.events_table(history.events, info.created_at))
+app.command("list")(runs.list_runs)
+app.command("show")(runs.show_run)
+app.command("count")(runs.count_runs)
+app.command("fork")(forks.fork_run)
 
 
 # --- messages -----------------------------------------------------------------------
@@ -140,7 +51,7 @@ def show_run(workflow_id: IdArgument, db: DbOption = None, as_json: JsonOption =
 async def _signal(
     db: str | None, workflow_id: str, name: str, payload: Any, signal_id: str | None
 ) -> None:
-    async with _engine(db) as engine:
+    async with open_engine(db) as engine:
         await engine.signal(workflow_id, name, payload, signal_id=signal_id)
 
 
@@ -176,7 +87,7 @@ def signal_run(
 
 
 async def _query(db: str | None, workflow_id: str, name: str, args: list[Any]) -> Any:
-    async with _engine(db) as engine:
+    async with open_engine(db) as engine:
         return await engine.query(workflow_id, name, *args)
 
 
@@ -215,7 +126,7 @@ async def _update(
     timeout: str,
     idempotency_key: str | None,
 ) -> Any:
-    async with _engine(db) as engine:
+    async with open_engine(db) as engine:
         return await engine.update(
             workflow_id, name, *payload, timeout=timeout, idempotency_key=idempotency_key
         )
@@ -296,7 +207,7 @@ def update_run(
 
 
 async def _update_result(db: str | None, update_id: str, timeout: str) -> Any:
-    async with _engine(db) as engine:
+    async with open_engine(db) as engine:
         return await engine.update_result(update_id, timeout=timeout)
 
 
@@ -345,7 +256,7 @@ async def _lifecycle(
     db: str | None, workflow_id: str, action: Action
 ) -> tuple[WorkflowInfo, WorkflowInfo]:
     """Apply ``action`` unless it is a no-op; return the run before and after."""
-    async with _engine(db) as engine:
+    async with open_engine(db) as engine:
         before = await engine.describe(workflow_id)
         if action == "cancel" and not before.is_terminal:
             await engine.cancel(workflow_id)

@@ -748,10 +748,13 @@ class Engine:
         *,
         from_step: int | None = None,
         id: str | None = None,
+        drive: bool = True,
     ) -> WorkflowHandle:
         """Start a new run that reuses ``workflow_id``'s journal up to ``from_step``
-        (default: every committed step) and records where it came from."""
-        new_id = await maintenance.fork(self._core, workflow_id, from_step, id)
+        (default: every committed step, clamped to the last one) and records where it
+        came from. ``drive=False`` only stores it, for an engine that registers the
+        workflow type to pick up (a running one does, within its poll interval)."""
+        new_id = await maintenance.fork(self._core, workflow_id, from_step, id, drive=drive)
         return WorkflowHandle(self, new_id)
 
     async def purge(self, **filters: Any) -> int:

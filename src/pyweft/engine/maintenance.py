@@ -16,7 +16,11 @@ from pyweft.engine.records import TERMINAL_STATUSES, WorkflowState
 from pyweft.engine.recovery import load_run
 from pyweft.engine.run import Run
 from pyweft.engine.visibility import not_found
-from pyweft.errors import InvalidArgumentError, WorkflowNotRegisteredError
+from pyweft.errors import (
+    InvalidArgumentError,
+    WorkflowAlreadyExistsError,
+    WorkflowNotRegisteredError,
+)
 from pyweft.storage.base import Delete, Expect, Op, Put
 
 log = logging.getLogger("pyweft.maintenance")
@@ -53,9 +57,24 @@ async def set_attributes(core: EngineCore, workflow_id: str, values: Mapping[str
             return
 
 
-async def fork(core: EngineCore, source_id: str, from_step: int | None, new_id: str | None) -> str:
-    """Start a new run that reuses ``source_id``'s journal up to ``from_step``."""
+async def fork(
+    core: EngineCore,
+    source_id: str,
+    from_step: int | None,
+    new_id: str | None,
+    *,
+    drive: bool = True,
+) -> str:
+    """Start a new run that reuses ``source_id``'s journal up to ``from_step``.
+
+    With ``drive=False`` the run is only stored (with a wake-up), for whichever
+    engine registers its type to pick up; tools such as the CLI use that.
+    """
+    from pyweft.engine.creation import check_id
+
     services = core.services_or_raise()
+    if new_id is not None:
+        check_id(new_id, "id")
     if from_step is not None and (type(from_step) is not int or from_step < 0):
         raise InvalidArgumentError(f"from_step must be an int >= 0, got {from_step!r}")
     loaded = await load_run(core.storage, source_id)
@@ -63,7 +82,7 @@ async def fork(core: EngineCore, source_id: str, from_step: int | None, new_id: 
         raise not_found(source_id)
     source = loaded.state
     definition = core.workflows.get(source.type)
-    if definition is None:
+    if definition is None and drive:
         raise WorkflowNotRegisteredError(
             f"cannot fork {source_id!r}: workflow {source.type!r} is not registered here",
             workflow_type=source.type,
@@ -75,7 +94,7 @@ async def fork(core: EngineCore, source_id: str, from_step: int | None, new_id: 
     state = WorkflowState(
         id=workflow_id,
         type=source.type,
-        version=definition.version,
+        version=definition.version if definition is not None else source.version,
         status="running",
         args=source.args,
         created_at=now,
@@ -98,15 +117,24 @@ async def fork(core: EngineCore, source_id: str, from_step: int | None, new_id: 
         ops.append(Put(key=keys.version_pin(workflow_id, change), value=str(version).encode()))
     if loaded.attributes:
         ops += attributes.changes(workflow_id, now, {}, loaded.attributes)
-    plan = await core.claims.acquire_ops(workflow_id) if core.claims is not None else None
+    plan = None
+    if drive and core.claims is not None:
+        plan = await core.claims.acquire_ops(workflow_id)
     if plan is not None:
         ops += plan[0]
         conds += plan[1]
+    if not drive:
+        ops.append(Put(key=keys.wake(workflow_id), value=keys.wake_value()))
     if not await core.committer.commit(ops, conds):
-        raise InvalidArgumentError(f"a run with id {workflow_id!r} already exists")
+        raise WorkflowAlreadyExistsError(
+            f"cannot fork into {workflow_id!r}: a run with that id already exists",
+            workflow_id=workflow_id,
+        )
     if plan is not None and core.claims is not None:
         core.claims.adopt(plan[2])
     core.emit("started", state, forked_from=source_id, from_step=upto)
+    if not drive or definition is None:
+        return workflow_id
     core.launch(
         Run(
             services,

@@ -1,0 +1,192 @@
+"""``pyweft workflows list|show|count``: read runs from a store, never change them."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from pyweft import Group, History, Page, WorkflowInfo
+from pyweft.cli import DbOption, JsonOption, filters, render, run
+from pyweft.cli.filters import (
+    AttrOption,
+    IdPrefixOption,
+    ParentOption,
+    RunFilters,
+    SinceOption,
+    StatusOption,
+    TagOption,
+    TypeOption,
+    UntilOption,
+    UpdatedSinceOption,
+    UpdatedUntilOption,
+)
+from pyweft.cli.store import open_engine
+
+IdArgument = Annotated[str, typer.Argument(metavar="ID", help="The workflow run id.")]
+ByOption = Annotated[
+    str,
+    typer.Option(
+        "--by", metavar="status|type|attr:NAME", help="Count runs per status, type or attribute."
+    ),
+]
+
+
+async def _list(
+    db: str | None, flt: RunFilters, limit: int, cursor: str | None
+) -> Page[WorkflowInfo]:
+    async with open_engine(db) as engine:
+        return await engine.list(**flt.as_kwargs(), limit=limit, cursor=cursor)
+
+
+def list_runs(
+    db: DbOption = None,
+    status: StatusOption = None,
+    workflow_type: TypeOption = None,
+    id_prefix: IdPrefixOption = None,
+    parent: ParentOption = None,
+    attrs: AttrOption = None,
+    tags: TagOption = None,
+    since: SinceOption = None,
+    until: UntilOption = None,
+    updated_since: UpdatedSinceOption = None,
+    updated_until: UpdatedUntilOption = None,
+    limit: Annotated[int, typer.Option("--limit", help="Runs per page (1-1000).")] = 50,
+    cursor: Annotated[
+        str | None, typer.Option("--cursor", help="Continue from a previous page's cursor.")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List runs matching every filter given, newest first."""
+    flt = filters.run_filters(
+        status=status,
+        workflow_type=workflow_type,
+        id_prefix=id_prefix,
+        parent=parent,
+        attrs=attrs,
+        tags=tags,
+        since=since,
+        until=until,
+        updated_since=updated_since,
+        updated_until=updated_until,
+    )
+    page = run(_list(db, flt, limit, cursor))
+    if as_json:
+        render.print_json(
+            {"items": [render.info_dict(i) for i in page.items], "next_cursor": page.next_cursor}
+        )
+        return
+    out = render.console()
+    if not page.items:
+        out.print("no workflow runs match")
+    else:
+        out.print(render.runs_table(page.items))
+    if page.next_cursor is not None:
+        out.print(f"more runs: --cursor {page.next_cursor}", soft_wrap=True)
+
+
+async def _count(db: str | None, by: str, flt: RunFilters) -> list[Group]:
+    async with open_engine(db) as engine:
+        return await engine.aggregate(group_by=by, **flt.as_kwargs())
+
+
+def count_runs(
+    by: ByOption = "status",
+    db: DbOption = None,
+    status: StatusOption = None,
+    workflow_type: TypeOption = None,
+    id_prefix: IdPrefixOption = None,
+    parent: ParentOption = None,
+    attrs: AttrOption = None,
+    tags: TagOption = None,
+    since: SinceOption = None,
+    until: UntilOption = None,
+    updated_since: UpdatedSinceOption = None,
+    updated_until: UpdatedUntilOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Count runs matching the filters (as for list) per status, type or attribute value.
+
+    Largest groups first. With --by attr:NAME, runs without the attribute
+    are not counted, and a run whose attribute is a list counts once under
+    each of its values.
+    """
+    group_by = filters.group_by(by)
+    flt = filters.run_filters(
+        status=status,
+        workflow_type=workflow_type,
+        id_prefix=id_prefix,
+        parent=parent,
+        attrs=attrs,
+        tags=tags,
+        since=since,
+        until=until,
+        updated_since=updated_since,
+        updated_until=updated_until,
+    )
+    groups = run(_count(db, group_by, flt))
+    if as_json:
+        render.print_json({"by": group_by, "groups": [render.group_dict(g) for g in groups]})
+    elif not groups:
+        render.console().print("no workflow runs match")
+    else:
+        render.console().print(render.groups_table(groups, group_by))
+
+
+async def _show(db: str | None, workflow_id: str) -> tuple[WorkflowInfo, History]:
+    async with open_engine(db) as engine:
+        return await engine.describe(workflow_id), await engine.history(workflow_id)
+
+
+def show_run(workflow_id: IdArgument, db: DbOption = None, as_json: JsonOption = False) -> None:
+    """Show one run: its state, result or error, every step, and its events in order."""
+    info, history = run(_show(db, workflow_id))
+    if as_json:
+        render.print_json(
+            {
+                **render.info_dict(info),
+                "attributes": info.attributes or {},
+                "steps": [render.step_dict(s) for s in history.steps],
+                "events": [render.event_dict(e) for e in history.events],
+            }
+        )
+        return
+    out = render.console()
+    out.print(_summary(info))
+    out.print()
+    steps = history.steps
+    out.print(render.steps_table(steps, info.created_at) if steps else "no steps recorded yet")
+    out.print()
+    out.print("[bold]events[/]")
+    out.print(render.events_table(history.events, info.created_at))
+
+
+def _summary(info: WorkflowInfo) -> Table:
+    summary = Table.grid(padding=(0, 2))
+    summary.add_column(style="bold")
+    summary.add_column(overflow="fold")
+    summary.add_row("id", escape(info.id))
+    summary.add_row("status", render.status_text(info.status))
+    summary.add_row("type", f"{escape(info.workflow_type)} (version {info.version})")
+    summary.add_row("created", render.when(info.created_at))
+    summary.add_row("updated", render.when(info.updated_at))
+    if info.parent_id is not None:
+        summary.add_row("parent", escape(info.parent_id))
+    if info.forked_from is not None:
+        summary.add_row("forked", escape(f"from {info.forked_from} at step {info.forked_at_step}"))
+    if info.tags:
+        summary.add_row("tags", escape(", ".join(info.tags)))
+    for name, value in sorted((info.attributes or {}).items()):
+        summary.add_row(f"attr {escape(name)}", escape(render.value_text(value)))
+    if info.status == "completed":
+        summary.add_row("result", escape(render.value_text(info.result)))
+    if info.error is not None:
+        summary.add_row("error", escape(f"{info.error.type}: {info.error.message}"))
+    if info.cancel_requested and info.status != "cancelled":
+        summary.add_row("cancel", "requested")
+    return summary
+
+
+__all__ = ["IdArgument", "count_runs", "list_runs", "show_run"]
