@@ -2,11 +2,18 @@
 """Developer entry point that needs nothing but Python 3.11.
 
     python3 tasks.py demo    # set up .venv and run the demo workflow on SQLite
-    python3 tasks.py test    # set up .venv and run the whole test suite
+    python3 tasks.py test    # set up .venv and run the whole test suite (see below)
     python3 tasks.py lint    # ruff + mypy --strict
 
 Each command creates ``.venv`` (once) and installs the project with its
 development dependencies before running, so a fresh clone needs no other step.
+
+``test`` with no arguments runs two passes: the whole suite (engine tests on
+memory and SQLite), then the integration tier again with the engine tests on
+PostgreSQL (``PYWEFT_TEST_STORAGE=postgres``, server at
+``$PYWEFT_TEST_POSTGRES_URL``). The second pass is skipped with a notice when
+no server answers, unless ``PYWEFT_REQUIRE_POSTGRES=1``, which makes that a
+failure. With arguments, ``test`` is plain pytest with those arguments.
 """
 
 from __future__ import annotations
@@ -55,7 +62,43 @@ def main(argv: list[str]) -> int:
         rc = _run(PY, "-m", "ruff", "check", "src", "tests", "benchmarks")
         rc |= _run(PY, "-m", "ruff", "format", "--check", "src", "tests", "benchmarks")
         return rc | _run(PY, "-m", "mypy")
-    return _run(PY, "-m", "pytest", *rest)
+    return test(rest)
+
+
+def test(args: list[str]) -> int:
+    # Each pass ends with pytest's own summary line (with its time), so the last
+    # line of the output is always a test runner's verdict.
+    rc = _run(PY, "-m", "pytest", *args)
+    if not args and os.environ.get("PYWEFT_TEST_STORAGE", "").strip().lower() != "postgres":
+        rc = _postgres_pass() or rc
+    return rc
+
+
+def _postgres_pass() -> int:
+    """Engine tests again on PostgreSQL (memory + postgres), if a server answers."""
+    probe = (
+        "import sys; sys.path.insert(0, 'tests'); "
+        "from support.backends import postgres_unreachable_reason as r; print(r() or '')"
+    )
+    found = subprocess.run(
+        [str(PY), "-c", probe], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    reason = found.stdout.strip() or (found.stderr.strip().splitlines() or [""])[-1]
+    if found.returncode != 0 or reason:
+        if os.environ.get("PYWEFT_REQUIRE_POSTGRES", "").strip() not in ("", "0"):
+            print(f"FAILED: PYWEFT_REQUIRE_POSTGRES is set but {reason}", flush=True)
+            return 1
+        print(f"skipping the PostgreSQL pass: {reason}", flush=True)
+        return 0
+    env = {**os.environ, "PYWEFT_TEST_STORAGE": "postgres"}
+    print("pass 2: the engine tests again, on PostgreSQL", flush=True)
+    # The adapters' own tests ran in pass 1 already; this pass is about the engine.
+    rc = _run(
+        PY, "-m", "pytest", "tests/integration",
+        "--ignore=tests/integration/test_storage_sqlite.py",
+        "--ignore=tests/integration/test_storage_postgres.py", env=env,
+    )  # fmt: skip
+    return rc
 
 
 if __name__ == "__main__":

@@ -115,9 +115,7 @@ async def main() -> None:
             )
             groups = await engine.aggregate(group_by="status")
             print(f"  (groups: {[(g.key, g.count) for g in groups]})")
-            await measure(
-                engine, "aggregate by type", lambda: engine.aggregate(group_by="type"), 5
-            )
+            await measure(engine, "aggregate by type", lambda: engine.aggregate(group_by="type"), 5)
             for sync in ("FULL",):
                 t0 = time.perf_counter()
                 n = await (await engine.start(fan_out, args.fanout)).result()

@@ -182,7 +182,9 @@ async def test_retention_purges_finished_runs_and_spends_their_keys(backend: Bac
         return 1
 
     async with backend.engine(
-        workflows=[short_lived, tagged], retention={"completed": "1d"}
+        workflows=[short_lived, tagged],
+        retention={"completed": "1d"},
+        retention_sweep_interval="1000d",  # only the explicit sweeps below run
     ) as engine:
         quick = await engine.start(short_lived, idempotency_key="once")
         await quick.result(timeout=5)

@@ -124,21 +124,6 @@ def test_in_memory_sqlite_urls_point_to_memory_url(url: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "url",
-    [
-        "postgresql://app:s3cret@db.example.com:5432/pyweft",
-        "postgres://app:s3cret@db.example.com/pyweft",
-        "postgresql+psycopg://app:s3cret@db/pyweft",
-    ],
-)
-def test_postgresql_urls_say_support_is_not_available_yet(url: str) -> None:
-    with pytest.raises(ConfigurationError, match="PostgreSQL support is not available yet") as info:
-        open_storage(url)
-    assert "sqlite:///" in str(info.value)
-    assert "s3cret" not in str(info.value)
-
-
-@pytest.mark.parametrize(
     "url", ["mysql://localhost/db", "runs.txt", "runs", "redis://x", "file:///tmp/x.db"]
 )
 def test_unsupported_urls_name_the_url_and_the_supported_forms(url: str) -> None:

@@ -222,6 +222,7 @@ class RetentionSweeper:
         self._batch = batch_size
         self._timer: TimerHandle | None = None
         self._task: asyncio.Task[int] | None = None
+        self._lock = asyncio.Lock()  # one pass at a time, background or on demand
 
     def retention_for(self, workflow_type: str, status: str) -> float | None:
         definition = self._core.workflows.get(workflow_type)
@@ -263,6 +264,10 @@ class RetentionSweeper:
 
     async def sweep(self) -> int:
         """One bounded pass: purge up to ``batch_size`` runs whose retention passed."""
+        async with self._lock:
+            return await self._sweep()
+
+    async def _sweep(self) -> int:
         core, now = self._core, self._core.clock.now()
         purged = 0
         for status in sorted(TERMINAL_STATUSES):

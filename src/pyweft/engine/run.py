@@ -236,13 +236,20 @@ class Run:
         Staged writes (attributes, version pins) are flushed first, so what the
         workflow set is visible while it waits, however long that is.
         """
-        if self.staged and RACE_BRANCH.get() is None:
-            try:
+        try:
+            if self.staged and RACE_BRANCH.get() is None:
                 await self.flush_staged()
-            except BaseException:
-                if asyncio.iscoroutine(aw):
-                    aw.close()  # never started: close it so it is not reported as leaked
-                raise
+            # A cancel that arrived while this step was still recording its progress
+            # (not yet waiting, so not interruptible) is delivered now, before the wait.
+            if self.terminating is not None or self.stopping:
+                raise asyncio.CancelledError()
+            if self.cancel_requested and not self.cancel_delivered:
+                self.cancel_delivered = True
+                raise asyncio.CancelledError()
+        except BaseException:
+            if asyncio.iscoroutine(aw):
+                aw.close()  # never started: close it so it is not reported as leaked
+            raise
         self._live_ops += 1
         try:
             return await aw

@@ -7,6 +7,7 @@ every rejection names the URL and lists the forms that do work.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 from pyweft.errors import ConfigurationError
@@ -14,13 +15,17 @@ from pyweft.storage.base import Storage
 from pyweft.storage.memory import MemoryStorage
 from pyweft.storage.sqlite import SQLiteStorage
 
+if TYPE_CHECKING:
+    from pyweft.storage.postgres import PostgresStorage
+
 ENV_VAR = "PYWEFT_DATABASE_URL"
 DEFAULT_URL = "sqlite:///pyweft.db"
 SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
 SUPPORTED_FORMS = (
     "sqlite:///relative/path.db, sqlite:////absolute/path.db (optionally with "
     "?synchronous=FULL or ?synchronous=NORMAL), a plain path ending in "
-    f"{'/'.join(SQLITE_SUFFIXES)}, or memory://"
+    f"{'/'.join(SQLITE_SUFFIXES)}, postgresql://user@host:5432/dbname (optionally with "
+    "?schema=name), or memory://"
 )
 
 
@@ -49,10 +54,12 @@ def open_storage(url: str | None = None, *, sqlite_synchronous: str = "FULL") ->
                 f"storage URL {_redact(text)!r}: memory:// takes no path or options"
             )
         return MemoryStorage()
-    if scheme in ("postgresql", "postgres") or scheme.startswith("postgresql+"):
+    if scheme in ("postgresql", "postgres"):
+        return _open_postgres(text)
+    if scheme.startswith(("postgresql+", "postgres+")):
         raise ConfigurationError(
-            f"PostgreSQL support is not available yet (storage URL {_redact(text)!r}); "
-            "use a SQLite file such as sqlite:///pyweft.db for now"
+            f"storage URL {_redact(text)!r}: pyweft talks to PostgreSQL through psycopg itself; "
+            f"drop the driver suffix: {_redact(scheme.partition('+')[0] + '://' + rest)!r}"
         )
     if scheme == "sqlite":
         return _open_sqlite(text, rest, sqlite_synchronous)
@@ -89,6 +96,26 @@ def _open_sqlite(url: str, rest: str, synchronous: str) -> SQLiteStorage:
             )
         synchronous = value
     return SQLiteStorage(os.path.expanduser(path), synchronous=synchronous)
+
+
+def _open_postgres(url: str) -> PostgresStorage:
+    """``schema=`` is ours; every other query parameter goes to libpq untouched."""
+    parts = urlsplit(url)
+    schema = "public"
+    kept: list[str] = []
+    for item in parts.query.split("&") if parts.query else []:
+        name, _, value = item.partition("=")
+        if unquote(name) == "schema":
+            schema = unquote(value)
+        else:
+            kept.append(item)
+    conninfo = urlunsplit(parts._replace(query="&".join(kept)))
+    from pyweft.storage.postgres import PostgresStorage  # psycopg loads only when used
+
+    try:
+        return PostgresStorage(conninfo, schema=schema)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"storage URL {_redact(url)!r}: {exc}") from None
 
 
 def _unsupported(url: str) -> ConfigurationError:

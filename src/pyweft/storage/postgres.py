@@ -1,0 +1,513 @@
+"""PostgreSQL store: one ``kv`` table, psycopg 3 (async) behind a connection pool.
+
+Compare-and-swap under concurrency. Every write (``batch`` and
+``conditional_batch`` alike) is one autocommitted statement calling the
+PL/pgSQL function ``{schema}.pyweft_write_v1``: one round trip, one
+transaction. The function takes an exclusive transaction-level advisory lock
+for every key the batch reads or writes, in sorted order, then compares the
+condition keys' stored bytes and applies the ops only if all of them hold.
+This is correct even for keys expected to be *absent*, which no row lock can
+protect: the lock id is a hash of (schema, key), so any two writers of a key
+serialise on its lock, held until commit (strict two-phase locking on keys).
+A VOLATILE function takes a fresh snapshot for each statement, so the
+comparison runs after every lock is granted and sees what each previous
+holder committed (a lock is released only once its commit is visible), and
+no one can change those keys before we commit. Two batches that both expect
+``k`` absent cannot both see it absent; write skew (A expects ``x`` absent
+and writes ``y``, B the reverse) cannot happen, as both lock both keys. A
+hash collision only makes two keys wait for each other; sorted locking rules
+out deadlocks between batches. Reads lock nothing: a ``get`` or ``scan`` is
+one statement on one snapshot, so it sees a batch whole or not at all.
+
+Retries. Deadlocks (40P01) and serialization failures (40001) roll back and
+are retried, as are reads whose connection dropped, with jittered backoff
+(by default at most 5 attempts within 2 s); then ``StorageError`` is raised.
+A write whose connection dropped after sending is not retried: it may have
+committed, and a retried CAS would report ``False`` for its own success. It
+raises ``StorageError`` saying the outcome is unknown. Pooled connections the
+server closed while idle are detected before use, without a round trip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+import re
+import select
+import struct
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.adapt import Dumper
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.pq import Format
+from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
+
+from pyweft.errors import ConfigurationError, StorageClosedError, StorageError
+from pyweft.storage.base import Delete, Expect, Op, Put, StorageCapabilities, prefix_end
+
+Conn = psycopg.AsyncConnection[Any]
+
+# --- SQL: every statement this adapter runs. {kv} and {fn} are schema-qualified. ----
+
+# durable_commit=True is a promise, kept even if the server default says otherwise.
+# Generic plans: replanning on every call would double the cost of a write. Every
+# statement is a key lookup or range, and a plan made while the table was small must
+# not stay a sequential scan once it is large: hence no sequential scans at all.
+_SQL_CONFIGURE = (
+    "SELECT set_config('synchronous_commit', 'on', false), "
+    "set_config('plan_cache_mode', 'force_generic_plan', false), "
+    "set_config('enable_seqscan', 'off', false)"
+)
+_SQL_SETUP_LOCK = "SELECT pg_advisory_xact_lock(%s::int8)"
+_SQL_EXISTING = """
+SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = %(schema)s),
+       EXISTS (SELECT FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+               WHERE n.nspname = %(schema)s AND p.proname = %(fn)s)
+"""
+_SQL_COLUMNS = """
+SELECT a.attname, format_type(a.atttypid, a.atttypmod), co.collname
+FROM pg_attribute a
+JOIN pg_class c ON c.oid = a.attrelid AND c.relname = 'kv'
+JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = %s
+LEFT JOIN pg_collation co ON co.oid = a.attcollation
+WHERE a.attnum > 0 AND NOT a.attisdropped
+"""
+_SQL_CREATE_SCHEMA = "CREATE SCHEMA {schema}"
+_SQL_CREATE_TABLE = 'CREATE TABLE {kv} (key TEXT COLLATE "C" PRIMARY KEY, value BYTEA NOT NULL)'
+_WRITE_FUNCTION = "pyweft_write_v1"  # a new name for any change in behaviour
+_SQL_CREATE_WRITE = """
+CREATE FUNCTION {fn}(lock_ids int8[], ck text[], cv bytea[], dk text[], pk text[], pv bytea[])
+RETURNS boolean LANGUAGE plpgsql VOLATILE AS $body$
+BEGIN
+  PERFORM pg_advisory_xact_lock(id) FROM unnest(lock_ids) AS id;
+  -- A fresh snapshot, taken now that every key is locked. NULL expected: absent.
+  IF EXISTS (SELECT FROM unnest(ck, cv) AS c(key, value) LEFT JOIN {kv} AS kv USING (key)
+             WHERE kv.value IS DISTINCT FROM c.value) THEN
+    RETURN false;
+  END IF;
+  IF cardinality(dk) > 0 THEN
+    DELETE FROM {kv} WHERE key = ANY(dk);
+  END IF;
+  INSERT INTO {kv} (key, value) SELECT * FROM unnest(pk, pv)
+    ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value;
+  RETURN true;
+END
+$body$
+"""
+_SQL_WRITE = "SELECT {fn}(%s::int8[], %s::text[], %s::bytea[], %s::text[], %s::text[], %s::bytea[])"
+_SQL_GET = "SELECT value FROM {kv} WHERE key = %s"
+# Formatted with the lower bound's operator, an upper bound and the order. LIMIT NULL: all.
+_SQL_SCAN = "SELECT key, value FROM {{kv}} WHERE key {} %s{} ORDER BY key{} LIMIT %s"
+
+_CAPABILITIES = StorageCapabilities(persistence="remote", durable_commit=True)
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+_BYTE_ORDER_COLLATIONS = ("C", "POSIX")
+_RETRIED_SQLSTATES = ("40001", "40P01")  # serialization failure, deadlock detected
+
+
+class PostgresStorage:
+    """The :class:`~pyweft.storage.base.Storage` protocol on a PostgreSQL table.
+
+    ``conninfo`` is a libpq URL or ``key=value`` string. The schema (default
+    ``public``), the table ``{schema}.kv`` and the function that writes to it
+    are created on first use if missing. Nothing connects before the first
+    call, so the constructor never blocks; use an instance from one event
+    loop. Any number of processes, on any number of machines, may share a table.
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        schema: str = "public",
+        min_connections: int = 1,
+        max_connections: int = 10,
+        connect_timeout_s: float = 10.0,
+        acquire_timeout_s: float = 30.0,
+        retry_attempts: int = 5,
+        retry_budget_s: float = 2.0,
+    ) -> None:
+        if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
+            raise ConfigurationError(
+                f"PostgreSQL schema {schema!r} is not a plain identifier: use 1-63 lowercase "
+                "letters, digits and underscores, not starting with a digit"
+            )
+        if schema.startswith("pg_"):
+            raise ConfigurationError(f"PostgreSQL schema {schema!r}: the pg_ prefix is reserved")
+        if not 1 <= min_connections <= max_connections or retry_attempts < 1:
+            raise ConfigurationError("need 1 <= min_connections <= max_connections, retries >= 1")
+        try:
+            params = conninfo_to_dict(conninfo)
+        except psycopg.ProgrammingError as exc:
+            raise ConfigurationError(f"invalid PostgreSQL connection string: {exc}") from None
+        self._conninfo = conninfo
+        self._schema = schema
+        self._where = _describe(params, schema)
+        self.application_name: str = str(params.get("application_name") or f"pyweft:{schema}")
+        """What ``pg_stat_activity`` shows for this store's connections."""
+        self._connect_kwargs: dict[str, Any] = {
+            "autocommit": True,
+            "prepare_threshold": 0,  # every statement here repeats: prepare it at once
+            "application_name": self.application_name,
+            "client_encoding": "UTF8",  # text array elements are sent as UTF-8 bytes
+        }
+        if "connect_timeout" not in params:
+            self._connect_kwargs["connect_timeout"] = max(1, round(connect_timeout_s))
+        self._pool_sizes = (min_connections, max_connections)
+        self._acquire_timeout_s = acquire_timeout_s
+        self._retry_attempts = retry_attempts
+        self._retry_budget_s = retry_budget_s
+        self._lock_prefix = f"{schema}\0".encode()
+        names = {"kv": sql.Identifier(schema, "kv"), "fn": sql.Identifier(schema, _WRITE_FUNCTION)}
+        self._sql_get = _render(_SQL_GET, names)
+        self._sql_write = _render(_SQL_WRITE, names)
+        self._sql_scan = {
+            (low, high, rev): _render(_SQL_SCAN.format(low, high, rev), names)
+            for low in (">=", ">")
+            for high in ("", " AND key < %s", " AND key <= %s")
+            for rev in ("", " DESC")
+        }
+        self._pool: AsyncConnectionPool[Conn] | None = None
+        self._open_lock = asyncio.Lock()
+        self._closed = False
+
+    @property
+    def capabilities(self) -> StorageCapabilities:
+        return _CAPABILITIES
+
+    @property
+    def schema(self) -> str:
+        return self._schema  # validated: a plain identifier
+
+    def __repr__(self) -> str:
+        return f"PostgresStorage({self._where})"
+
+    # --- protocol -------------------------------------------------------------------
+
+    async def get(self, key: str) -> bytes | None:
+        if "\0" in _check_key(key):
+            self._raise_if_closed()
+            return None  # PostgreSQL text cannot hold NUL, so no such key is stored
+        rows = await self._execute("read", self._sql_get, (key,), idempotent=True)
+        return bytes(rows[0][0]) if rows else None
+
+    async def scan(
+        self,
+        prefix: str,
+        *,
+        start: str | None = None,
+        end: str | None = None,
+        limit: int | None = None,
+        reverse: bool = False,
+    ) -> list[tuple[str, bytes]]:
+        lower = _check_key(prefix) if start is None else max(prefix, _check_key(start))
+        upper = prefix_end(_check_key(prefix))
+        if end is not None:
+            upper = _check_key(end) if upper is None else min(upper, _check_key(end))
+        if limit is not None and limit < 0:
+            raise ValueError(f"scan limit must be >= 0, got {limit}")
+        if limit == 0 or "\0" in prefix:
+            self._raise_if_closed()
+            return []
+        # Stored keys never hold NUL, so a bound such as "k\0" (the engine's
+        # "just after k") means: > "k" as a start, <= "k" as an end.
+        lower_op, upper_op = ">=", "" if upper is None else " AND key < %s"
+        if "\0" in lower:
+            lower_op, lower = ">", lower[: lower.index("\0")]
+        if upper is not None and "\0" in upper:
+            upper_op, upper = " AND key <= %s", upper[: upper.index("\0")]
+        params = (lower, limit) if upper is None else (lower, upper, limit)
+        query = self._sql_scan[lower_op, upper_op, " DESC" if reverse else ""]
+        rows = await self._execute("scan", query, params, idempotent=True)
+        return [(key, bytes(value)) for key, value in rows]
+
+    async def batch(self, ops: Sequence[Op]) -> None:
+        await self._write((), ops)
+
+    async def conditional_batch(self, conditions: Sequence[Expect], ops: Sequence[Op]) -> bool:
+        return await self._write(conditions, ops)
+
+    async def close(self) -> None:
+        """Close the pool. Idempotent; statements already running finish first."""
+        self._closed = True
+        async with self._open_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    # --- writes ---------------------------------------------------------------------
+
+    async def _write(self, conditions: Sequence[Expect], ops: Sequence[Op]) -> bool:
+        final: dict[str, bytes | None] = {}  # ops collapse to each key's last write
+        for op in ops:
+            if isinstance(op, Put):
+                if not isinstance(op.value, bytes):
+                    raise TypeError(f"Put value for {op.key!r} must be bytes, got {type(op.value)}")
+                if "\0" in _check_key(op.key):
+                    raise ValueError(
+                        f"storage key {op.key!r} contains NUL; PostgreSQL cannot hold it"
+                    )
+                final[op.key] = op.value
+            elif isinstance(op, Delete):
+                if "\0" not in _check_key(op.key):  # else it cannot exist: nothing to delete
+                    final[op.key] = None
+            else:
+                raise TypeError(f"batch ops must be Put or Delete, got {type(op)}")
+        expected: dict[str, bytes | None] = {}
+        held = True
+        for c in conditions:
+            if "\0" in _check_key(c.key):
+                held = held and c.value is None  # such a key is always absent
+            elif expected.setdefault(c.key, c.value) != c.value:
+                held = False  # the same key expected with two different values
+        if not held or not (final or expected):
+            self._raise_if_closed()
+            return held
+        lock_ids = sorted({self._lock_id(key) for key in (*expected, *final)})
+        puts = [(key, value) for key, value in final.items() if value is not None]
+        params = (
+            _array(_INT8, (_INT8_BYTES.pack(i) for i in lock_ids)),
+            _array(_TEXT, (key.encode() for key in expected)),
+            _array(_BYTEA, expected.values()),
+            _array(_TEXT, (key.encode() for key, value in final.items() if value is None)),
+            _array(_TEXT, (key.encode() for key, _ in puts)),
+            _array(_BYTEA, (value for _, value in puts)),
+        )
+        rows = await self._execute("commit", self._sql_write, params, idempotent=False)
+        return bool(rows[0][0])
+
+    # --- connections, retries, errors -----------------------------------------------
+
+    async def _execute(
+        self, action: str, query: bytes, params: Sequence[Any], *, idempotent: bool
+    ) -> list[Any]:
+        """Run one autocommitted statement, retrying what is safe to retry."""
+        self._raise_if_closed()
+        pool = self._pool or await self._open()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._retry_budget_s
+        task = asyncio.current_task()
+        for attempt in range(1, self._retry_attempts + 1):
+            cancels = task.cancelling() if task is not None else 0
+            try:
+                conn = await pool.getconn(timeout=self._acquire_timeout_s)
+            except PoolClosed:
+                raise self._closed_error() from None
+            except PoolTimeout as exc:
+                raise StorageError(
+                    f"no PostgreSQL connection to {self._where} became available within "
+                    f"{self._acquire_timeout_s:g}s; is the server up and reachable?"
+                ) from exc
+            try:
+                if task is not None and task.cancelling() > cancels:
+                    # The pool waits with asyncio.wait_for, which before Python 3.12
+                    # can swallow a cancellation racing with its end (CPython #86296).
+                    raise asyncio.CancelledError
+                return await self._query(conn, query, params)
+            except psycopg.Error as exc:
+                # A live connection means the server reported the error and rolled the
+                # statement back; a lost one leaves the fate of a write unknown.
+                lost = conn.broken or conn.closed
+                if lost and not idempotent:
+                    raise self._error(exc, action, unknown=True) from exc
+                delay = _backoff(attempt)
+                if (
+                    not (lost or exc.sqlstate in _RETRIED_SQLSTATES)
+                    or attempt == self._retry_attempts
+                    or loop.time() + delay > deadline
+                ):
+                    raise self._error(exc, action) from exc
+            finally:
+                await pool.putconn(conn)
+            await asyncio.sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _query(self, conn: Conn, query: bytes, params: Sequence[Any]) -> list[Any]:
+        return await (await conn.execute(query, params)).fetchall()
+
+    async def _open(self) -> AsyncConnectionPool[Conn]:
+        async with self._open_lock:
+            self._raise_if_closed()
+            if self._pool is not None:
+                return self._pool
+            await self._set_up()
+            low, high = self._pool_sizes
+            pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
+                self._conninfo,
+                kwargs=self._connect_kwargs,
+                min_size=low,
+                max_size=high,
+                open=False,
+                configure=_configure,
+                check=_check_idle,
+                timeout=self._acquire_timeout_s,
+                name=f"pyweft-{self._schema}",
+            )
+            try:
+                await pool.open(wait=True, timeout=self._acquire_timeout_s)
+            except BaseException as exc:
+                await pool.close()
+                if isinstance(exc, psycopg.Error):
+                    raise self._error(exc, "connect") from exc
+                raise
+            self._pool = pool
+            return pool
+
+    async def _set_up(self) -> None:
+        """Connect once, create what is missing and check what exists."""
+        try:
+            conn = await psycopg.AsyncConnection.connect(self._conninfo, **self._connect_kwargs)
+        except psycopg.Error as exc:
+            raise self._error(exc, "connect") from exc
+        async with conn:
+            try:
+                await self._create_missing(conn)
+            except psycopg.Error as exc:
+                raise self._error(exc, "set-up") from exc
+
+    async def _create_missing(self, conn: Conn) -> None:
+        encoding = conn.info.parameter_status("server_encoding")
+        if encoding != "UTF8":
+            raise ConfigurationError(
+                f"PostgreSQL at {self._where} uses server_encoding {encoding!r}; pyweft needs a "
+                "UTF8 database (CREATE DATABASE ... ENCODING 'UTF8')"
+            )
+        names = {
+            "schema": sql.Identifier(self._schema),
+            "kv": sql.Identifier(self._schema, "kv"),
+            "fn": sql.Identifier(self._schema, _WRITE_FUNCTION),
+        }
+        async with conn.transaction():
+            # Serialise concurrent first uses: CREATE ... IF NOT EXISTS can still race.
+            await conn.execute(_SQL_SETUP_LOCK, (self._lock_id(""),))
+            found = {"schema": self._schema, "fn": _WRITE_FUNCTION}
+            row = await (await conn.execute(_SQL_EXISTING, found)).fetchone()
+            has_schema, has_function = row or (False, False)
+            if not has_schema:
+                await conn.execute(sql.SQL(_SQL_CREATE_SCHEMA).format(**names))
+            columns = await (await conn.execute(_SQL_COLUMNS, (self._schema,))).fetchall()
+            if not columns:
+                await conn.execute(sql.SQL(_SQL_CREATE_TABLE).format(**names))
+            else:
+                self._check_table({name: (kind, coll) for name, kind, coll in columns})
+            if not has_function:
+                await conn.execute(sql.SQL(_SQL_CREATE_WRITE).format(**names))
+
+    def _check_table(self, columns: dict[str, tuple[str, str | None]]) -> None:
+        if columns.get("key", ("", ""))[0] != "text" or columns.get("value", ("",))[0] != "bytea":
+            raise ConfigurationError(
+                f"table {self._schema}.kv at {self._where} exists but is not pyweft's (key TEXT, "
+                f"value BYTEA); found {', '.join(f'{n} {t}' for n, (t, _) in columns.items())}"
+            )
+        if columns["key"][1] not in _BYTE_ORDER_COLLATIONS:
+            raise ConfigurationError(
+                f"table {self._schema}.kv at {self._where} orders keys by collation "
+                f'{columns["key"][1]!r}; pyweft needs byte order (key TEXT COLLATE "C"): '
+                "recreate the table or choose another schema"
+            )
+
+    def _lock_id(self, key: str) -> int:
+        """The advisory lock guarding ``key`` in this schema (signed 64-bit, as int8)."""
+        digest = hashlib.blake2b(self._lock_prefix + key.encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big", signed=True)
+
+    def _raise_if_closed(self) -> None:
+        if self._closed:
+            raise self._closed_error()
+
+    def _closed_error(self) -> StorageClosedError:
+        return StorageClosedError(f"PostgresStorage for {self._where} is closed; open a new one")
+
+    def _error(self, exc: psycopg.Error, action: str, *, unknown: bool = False) -> StorageError:
+        message = f"PostgreSQL {action} on {self._where} failed: {str(exc).strip()}"
+        if action == "connect":
+            message += ". Check that the server is running and reachable and the URL is right"
+        elif unknown:
+            message += (
+                ". The connection was lost after the batch was sent, so it may or may not have "
+                "been applied; read the affected keys before retrying"
+            )
+        elif action == "commit":
+            message += ". Nothing was written"
+        return StorageError(message)
+
+
+# --- helpers ----------------------------------------------------------------------------
+
+
+def _backoff(attempt: int) -> float:
+    """Jittered exponential backoff: about 20, 40, 80, 160 ms..., capped at 400 ms."""
+    return min(0.4, 0.01 * 2.0**attempt) * random.uniform(0.5, 1.5)
+
+
+def _render(template: str, names: dict[str, sql.Identifier]) -> bytes:
+    return sql.SQL(template).format(**names).as_bytes(None)
+
+
+def _describe(params: dict[str, Any], schema: str) -> str:
+    """Where the store lives, for messages and repr: never the password."""
+    host = params.get("host") or params.get("hostaddr") or "the local socket"
+    port = params.get("port") or "5432"
+    user = f"{params['user']}@" if params.get("user") else ""
+    database = params.get("dbname") or "(default database)"
+    return f"{user}{host}:{port}/{database} (schema {schema})"
+
+
+async def _configure(conn: Conn) -> None:
+    conn.adapters.register_dumper(_Array, _ArrayDumper)
+    await conn.execute(_SQL_CONFIGURE)
+
+
+# Array parameters in PostgreSQL's binary format, built directly: psycopg's generic
+# list dumpers inspect every element on every call, which costs more than the query.
+_INT8, _TEXT, _BYTEA = 20, 25, 17  # element type oids, checked by the server
+_INT8_BYTES = struct.Struct("!q")
+_ARRAY_HEAD = struct.Struct("!iiIii")  # dimensions, has-nulls flag, element oid, length, base
+_LENGTH = struct.Struct("!i")
+_NULL = _LENGTH.pack(-1)
+
+
+class _Array(bytes):
+    """An array parameter, already in binary form."""
+
+
+class _ArrayDumper(Dumper):
+    format = Format.BINARY
+
+    def dump(self, obj: Any) -> bytes:
+        return bytes(obj)
+
+
+def _array(oid: int, items: Iterable[bytes | None]) -> _Array:
+    parts = [b""]
+    for item in items:
+        parts.append(_NULL if item is None else _LENGTH.pack(len(item)) + item)
+    if len(parts) == 1:
+        return _Array(struct.pack("!iiI", 0, 0, oid))
+    parts[0] = _ARRAY_HEAD.pack(1, 0, oid, len(parts) - 1, 1)
+    return _Array(b"".join(parts))
+
+
+async def _check_idle(conn: Conn) -> None:
+    """Reject a pooled connection the server closed while idle: it has something to read."""
+    if conn.broken or conn.closed:
+        raise psycopg.OperationalError("connection is closed")
+    readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+    if readable:
+        await conn.close()  # so that the pool discards it instead of handing it out again
+        raise psycopg.OperationalError("the server closed this idle connection")
+
+
+def _check_key(key: str) -> str:
+    if not isinstance(key, str):
+        raise TypeError(f"storage keys must be str, got {type(key)}")
+    if not key.isascii():
+        try:
+            key.encode()
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"storage key {key!r} is not valid UTF-8 text") from exc
+    return key
