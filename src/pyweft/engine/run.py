@@ -384,11 +384,13 @@ class Run:
         if ops:
             batch += ops
         conditions = [Expect(key=journal_key, value=None), *(conds or ())]
+        # Tracked before the write: if this step is cancelled while the write is in
+        # flight (a race loser), the write may still land, and finish() must delete it.
+        self._open_pendings.add(pend.step)
         if not await self.services.committer.commit(batch, conditions, workflow_id=self.id):
             if not conds or await self.services.storage.get(journal_key) is not None:
                 raise Superseded()
             return False
-        self._open_pendings.add(pend.step)
         return True
 
     async def write_state(self, new: WorkflowState, extra: list[Op] | None = None) -> None:
