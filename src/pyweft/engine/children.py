@@ -58,7 +58,16 @@ async def child_step(
             first_started_at=clock.now(),
             ref=cid,
         )
-        if not await run.commit_pending(pend, ops, conds):
+        # Shielded: if a race cancels this branch mid-write, the child may still be
+        # created; then it is cancelled instead of left running undriven.
+        creating = asyncio.ensure_future(run.commit_pending(pend, ops, conds))
+        try:
+            created = await asyncio.shield(creating)
+        except asyncio.CancelledError:
+            if not run.stopping:
+                await asyncio.shield(_cancel_if_created(host, creating, cid))
+            raise
+        if not created:
             raise WorkflowAlreadyExistsError(
                 f"cannot start child {cid!r}: a run with that id already exists",
                 workflow_id=cid,
@@ -111,6 +120,15 @@ async def child_step(
         )
     await run.commit_step(done)
     return _outcome(run, done, definition.result_type, policy)
+
+
+async def _cancel_if_created(host: Any, creating: asyncio.Future[bool], child_id: str) -> None:
+    try:
+        created = await creating
+    except BaseException:
+        return
+    if created:
+        await host.cancel_child(child_id)
 
 
 def _outcome(run: Run, rec: StepRecord, result_type: object, policy: str) -> Any:

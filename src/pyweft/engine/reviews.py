@@ -11,6 +11,7 @@ crash the stored decision is found again and nobody is asked twice.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -163,7 +164,7 @@ async def review_step(
             return _decision(rec.value)
         raise _timeout(rec.error.message if rec.error else "?")
     await run.enter_live()
-    services, clock = run.services, run.services.clock
+    clock = run.services.clock
     pend = run.take_pending(step, "review", review_type)
     if pend is None:
         now = clock.now()
@@ -187,15 +188,41 @@ async def review_step(
             ref=record.review_id,
         )
         index = keys.review_index("pending", now, record.review_id)
-        await run.commit_pending(
-            pend,
-            [
-                Put(key=keys.review(record.review_id), value=records.encode(record)),
-                Put(key=index, value=b""),
-                Put(key=keys.review_of_run(run.id, record.review_id), value=b""),
-            ],
+        # Shielded: a race may cancel this branch while the request is being written;
+        # the write then finishes anyway and the handler below withdraws it.
+        writing = asyncio.ensure_future(
+            run.commit_pending(
+                pend,
+                [
+                    Put(key=keys.review(record.review_id), value=records.encode(record)),
+                    Put(key=index, value=b""),
+                    Put(key=keys.review_of_run(run.id, record.review_id), value=b""),
+                ],
+            )
         )
+        try:
+            await asyncio.shield(writing)
+        except asyncio.CancelledError:
+            if not run.stopping:
+                await asyncio.shield(_withdraw_after(run, writing, record.review_id))
+            raise
         run.emit("review_requested", step=step, review_id=record.review_id)
+    try:
+        return await _await_decision(run, step, pend, review_type, escalation)
+    except asyncio.CancelledError:
+        if not run.stopping:  # lost a race, or the workflow was cancelled: withdraw it
+            await asyncio.shield(_withdraw(run, keys.review(pend.ref or "")))
+        raise
+
+
+async def _await_decision(
+    run: Run,
+    step: int,
+    pend: PendingStep,
+    review_type: str,
+    escalation: Sequence[Escalation],
+) -> ReviewDecision:
+    services, clock = run.services, run.services.clock
     review_id = pend.ref or ""
     key = keys.review(review_id)
     while True:
@@ -252,12 +279,13 @@ async def review_step(
         if await _escalate(run, record, raw, escalation, now):
             continue
         wake = _next_wake(record, escalation)
-        try:
-            await run.live(run.changed(wake))
-        except asyncio.CancelledError:
-            if not run.stopping:  # lost a race, or the workflow was cancelled: withdraw it
-                await asyncio.shield(_withdraw(run, key))
-            raise
+        await run.live(run.changed(wake))
+
+
+async def _withdraw_after(run: Run, writing: asyncio.Future[bool], review_id: str) -> None:
+    with contextlib.suppress(BaseException):
+        await writing
+    await _withdraw(run, keys.review(review_id))
 
 
 async def _withdraw(run: Run, key: str) -> None:
