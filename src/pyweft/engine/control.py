@@ -115,6 +115,7 @@ async def suspend(core: EngineCore, workflow_id: str) -> None:
         if core.claims is not None:
             core.claims.forget(workflow_id)
         if run.task is not None:
+            run.stop_delivered = True
             run.task.cancel()
             await asyncio.gather(run.task, return_exceptions=True)
         core.emit("suspended", run.state)

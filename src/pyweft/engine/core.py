@@ -110,6 +110,8 @@ class EngineCore:
     # --- driving runs -----------------------------------------------------------------
 
     def launch(self, run: Run) -> None:
+        if self.state != "open":
+            return  # shutting down: it stays stored for the next engine
         self.runs[run.id] = run
         run.task = asyncio.get_running_loop().create_task(
             self._drive(run), name=f"pyweft-run:{run.id}"
@@ -329,6 +331,7 @@ class EngineCore:
         run = self.runs.get(workflow_id)
         if run is not None:
             run.stopping = True
+            run.stop_delivered = True
             if run.task is not None:
                 run.task.cancel()
 

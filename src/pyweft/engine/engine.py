@@ -64,6 +64,7 @@ from pyweft.storage.factory import open_storage
 log = logging.getLogger("pyweft.engine")
 
 DEFAULT_MAX_PAYLOAD_BYTES = 2 * 1024 * 1024
+_SHUTDOWN_GRACE_S = 5.0  # how long runs may take to finish a commit already under way
 
 
 class Engine:
@@ -196,6 +197,7 @@ class Engine:
                 on_lost=self._core.claim_lost,
             )
         self._claim_timer: TimerHandle | None = None
+        self._closing: asyncio.Future[None] | None = None
         self._claim_task: asyncio.Task[None] | None = None
         self._detector = (
             SecondInstanceDetector(
@@ -349,11 +351,20 @@ class Engine:
         self.schema_version = version
 
     async def shutdown(self) -> None:
-        """Stop every run (they stay resumable) and release the store. Idempotent."""
+        """Stop every run (they stay resumable) and release the store. Idempotent: a call
+        made while a shutdown is under way waits for it to finish."""
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self._shutdown())
+        await asyncio.shield(self._closing)
+
+    async def _shutdown(self) -> None:
         core = self._core
-        if core.state == "closed":
-            return
         core.state = "closed"
+        # Stop taking runs over first, so no reclaim launches a run after the others stop.
+        if self._claim_timer is not None:
+            self._claim_timer.cancel()
+        if self._claim_task is not None:
+            await asyncio.gather(self._claim_task, return_exceptions=True)
         if self._detector is not None:
             await self._detector.stop()
         self._sweeper.stop()
@@ -366,18 +377,15 @@ class Engine:
             task.cancel()
         runs = list(core.runs.values())
         for run in runs:
-            run.stopping = True
-            if run.task is not None:
-                run.task.cancel()
+            run.stop()  # a run busy committing a result finishes that commit first
         tasks = [r.task for r in runs if r.task is not None] + list(core.loading.values())
         if tasks:
+            _, late = await asyncio.wait(tasks, timeout=_SHUTDOWN_GRACE_S)
+            for task in late:
+                task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
-        if self._claim_timer is not None:
-            self._claim_timer.cancel()
-        if self._claim_task is not None:
-            await asyncio.gather(self._claim_task, return_exceptions=True)
         if core.claims is not None:
             await core.claims.release_all()
         if self._lease is not None:

@@ -127,6 +127,7 @@ class Run:
         self.cancel_delivered = False
         self.terminating: str | None = None  # "timed_out": no more steps may run
         self.stopping = False
+        self.stop_delivered = False  # the stop was raised into the workflow
         self.fatal: PyweftError | None = None  # fails the run even if the workflow catches it
         self.task: asyncio.Task[None] | None = None
         self.done: asyncio.Future[WorkflowState] = asyncio.get_running_loop().create_future()
@@ -213,6 +214,7 @@ class Run:
         if self.fatal is not None:
             raise self.fatal
         if self.terminating is not None or self.stopping:
+            self.stop_delivered = self.stop_delivered or self.stopping
             raise asyncio.CancelledError()
         if self.cancel_requested and not self.cancel_delivered:
             self.cancel_delivered = True
@@ -242,6 +244,7 @@ class Run:
             # A cancel that arrived while this step was still recording its progress
             # (not yet waiting, so not interruptible) is delivered now, before the wait.
             if self.terminating is not None or self.stopping:
+                self.stop_delivered = self.stop_delivered or self.stopping
                 raise asyncio.CancelledError()
             if self.cancel_requested and not self.cancel_delivered:
                 self.cancel_delivered = True
@@ -315,10 +318,19 @@ class Run:
             return True
         return await self.commit_steps([(rec, list(ops or ()), list(conds or ()))])
 
+    def stop(self) -> None:
+        """Stop driving this run (shutdown): interrupt a live wait now; a run busy
+        committing a result it already has finishes that commit, then stops at its
+        next step."""
+        self.stopping = True
+        if self._live_ops > 0 and self.task is not None:
+            self.stop_delivered = True
+            self.task.cancel()
+
     def _refuse_if_stopping(self) -> None:
-        # Suspended or shutting down: the workflow must not record anything more, or a
-        # cleanup path it takes on CancelledError would be journaled and break replay.
-        if self.stopping:
+        # Once the stop was raised into the workflow, it must not record anything more,
+        # or a cleanup path it takes on CancelledError would be journaled and break replay.
+        if self.stop_delivered:
             raise asyncio.CancelledError()
 
     async def commit_steps(self, entries: Deferred) -> bool:
@@ -530,7 +542,7 @@ class Run:
         try:
             args = decode_args(self.services.codec, self.state.args, self.definition.param_types)
             value = await self.definition.fn(make_context(self), *args)
-            if self.stopping:
+            if self.stop_delivered:
                 return  # suspended or shutting down: it resumes from its journal later
             if self.terminating is not None:
                 raise asyncio.CancelledError()

@@ -74,6 +74,7 @@ async def wake(core: EngineCore, run: Run) -> None:
         if state.status != "running":
             # Suspended, or finished by someone else: stop driving without writing.
             run.stopping = True
+            run.stop_delivered = True
             if run.task is not None:
                 run.task.cancel()
             return

@@ -34,6 +34,7 @@ from pyweft.errors import ConfigurationError, EngineDeposedError, LeaseCorrupted
 from pyweft.storage.base import Delete, Expect, Op, Put, Storage
 
 GRACE_RENEWALS = 2  # a holder is stale once expires_at + 2 renewal intervals has passed
+_RENEW_CONCURRENCY = 64
 
 log = logging.getLogger("pyweft.claims")
 
@@ -206,23 +207,45 @@ class ClaimRegistry:
         await asyncio.shield(self._renewing)
 
     async def _renew_all(self) -> None:
-        for workflow_id, claim in list(self.claims.items()):
-            holder_bytes, expires = self._holder(decode_epoch(claim.epoch_bytes), claim.claimed_at)
-            try:
-                ok = await self._storage.conditional_batch(
-                    [
-                        Expect(key=holder_key(workflow_id), value=claim.holder_bytes),
-                        Expect(key=epoch_key(workflow_id), value=claim.epoch_bytes),
-                    ],
-                    [Put(key=holder_key(workflow_id), value=holder_bytes)],
-                )
-            except Exception as exc:
-                log.warning("claim renewal for %s unconfirmable: %s", workflow_id, exc)
-                continue
-            if ok:
-                claim.holder_bytes, claim.expires_ms = holder_bytes, expires
-            else:
-                self.lose(workflow_id, claim)
+        # Concurrently, so one pass costs about one write latency however many claims
+        # there are (the store groups concurrent writes), not one latency per claim.
+        limit = asyncio.Semaphore(_RENEW_CONCURRENCY)
+
+        async def renew(workflow_id: str, claim: Claim) -> None:
+            async with limit:
+                await self._renew(workflow_id, claim)
+
+        await asyncio.gather(*(renew(i, c) for i, c in list(self.claims.items())))
+
+    async def _renew(self, workflow_id: str, claim: Claim) -> None:
+        holder_bytes, expires = self._holder(decode_epoch(claim.epoch_bytes), claim.claimed_at)
+        try:
+            ok = await self._storage.conditional_batch(
+                [
+                    Expect(key=holder_key(workflow_id), value=claim.holder_bytes),
+                    Expect(key=epoch_key(workflow_id), value=claim.epoch_bytes),
+                ],
+                [Put(key=holder_key(workflow_id), value=holder_bytes)],
+            )
+        except Exception as exc:
+            log.warning("claim renewal for %s unconfirmable: %s", workflow_id, exc)
+            return
+        if ok:
+            claim.holder_bytes, claim.expires_ms = holder_bytes, expires
+            return
+        if self.claims.get(workflow_id) is not claim:
+            return  # released meanwhile (the run finished or was suspended here)
+        try:
+            epoch_now = await self._storage.get(epoch_key(workflow_id))
+        except Exception:
+            return  # cannot tell; the next fenced write or renewal will
+        if epoch_now == claim.epoch_bytes:
+            # Same epoch, holder gone: this engine released it (finish or suspend commit
+            # landed while the renewal was in flight). Nothing was lost.
+            if self.claims.get(workflow_id) is claim:
+                del self.claims[workflow_id]
+            return
+        self.lose(workflow_id, claim)
 
     def release_ops(self, workflow_id: str) -> list[Op]:
         """What the owner adds to a terminal or suspend commit: drop the holder, keep the epoch."""
