@@ -509,7 +509,7 @@ async def test_a_healthy_engine_with_many_claims_keeps_them() -> None:
     where a renewal write takes 5 ms (a remote database's round trip, or, as measured
     in the scale-out test, the wait for a pooled connection under load). A renewal
     pass is then 300 x 5 ms = 1.5 s, so each claim is renewed only every 1.5 s while
-    peers judge it stale 0.6 s (ttl + 2 x renewal) after its last renewal: engine B's
+    peers judge it stale 0.5 s (ttl + 1 renewal) after its last renewal: engine B's
     reclaim scan takes live runs from the healthy A. (With the defaults, 30 s + 2 x
     5 s, the same arithmetic gives ~7,000 parked runs per engine at a 5 ms round
     trip. In the scale-out test above, under a heavier load than it now uses, a

@@ -15,7 +15,7 @@ epoch bytes just read. Every write the owner makes for the run carries
 ``own:e == held epoch``; a failed write re-reads the epoch, and a changed one
 means the run was taken away: this engine stops driving it (the engine itself
 goes on). Claims are renewed every ``claim_renew_interval``, whether the run is
-busy or parked; a holder whose expiry plus two renewal intervals has passed
+busy or parked; a holder whose expiry plus one renewal interval has passed
 may be taken over by any engine's reclaim scan.
 """
 
@@ -33,7 +33,10 @@ from pyweft.engine.ownership.lease import decode_epoch, encode_epoch
 from pyweft.errors import ConfigurationError, EngineDeposedError, LeaseCorruptedError
 from pyweft.storage.base import Delete, Expect, Op, Put, Storage
 
-GRACE_RENEWALS = 2  # a holder is stale once expires_at + 2 renewal intervals has passed
+# A holder is stale once expires_at + one renewal interval has passed. With the reclaim
+# scan also running every renewal interval, a dead owner's runs move within
+# claim_ttl + 2 x claim_renew_interval of its last renewal.
+GRACE_RENEWALS = 1
 _RENEW_CONCURRENCY = 64
 
 log = logging.getLogger("pyweft.claims")
