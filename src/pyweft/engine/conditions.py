@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from pyweft.engine.records import PendingStep, StepRecord
+from pyweft.engine import waits
+from pyweft.engine.records import StepRecord
 from pyweft.engine.run import Run
 from pyweft.errors import WorkflowUsageError
 
@@ -51,13 +52,4 @@ async def wait_until(
                 )
             )
             return held
-        if deadline is not None and pend is None:
-            pend = PendingStep(
-                step=step,
-                kind="condition",
-                name="wait_until",
-                deadline=deadline,
-                first_started_at=started,
-            )
-            await run.commit_pending(pend)
-        await run.live(run.changed(deadline))
+        pend = await waits.park(run, step, "condition", "wait_until", deadline, started, pend)

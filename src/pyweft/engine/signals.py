@@ -15,10 +15,10 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from pyweft.engine import keys, records
+from pyweft.engine import keys, records, waits
 from pyweft.engine.records import SignalRecord, StepRecord, WorkflowState
 from pyweft.engine.run import Run, RunServices
-from pyweft.errors import InvalidArgumentError, WaitTimeoutError, WorkflowTerminalError
+from pyweft.errors import InvalidArgumentError, WorkflowTerminalError
 from pyweft.storage.base import Delete, Expect, Op, Put
 
 MAX_SIGNAL_ID_BYTES = 128
@@ -65,7 +65,7 @@ async def wait_for_signal(run: Run, step: int, name: str, timeout_s: float | Non
     if rec is not None:
         if rec.ok:
             return codec.decode(rec.value) if rec.value is not None else None
-        raise _timeout(run, step, name)
+        raise waits.timeout_error(run, step, "signal", name)
     await run.enter_live()
     clock = run.services.clock
     pend = run.take_pending(step, "signal", name)
@@ -91,36 +91,8 @@ async def wait_for_signal(run: Run, step: int, name: str, timeout_s: float | Non
                 return codec.decode(signal.payload)
             continue  # the signal changed under us; look again
         if deadline is not None and clock.now() >= deadline:
-            await run.commit_step(
-                StepRecord(
-                    step=step,
-                    kind="signal",
-                    name=name,
-                    ok=False,
-                    started_at=started,
-                    finished_at=clock.now(),
-                    error=records.ErrorInfo(
-                        type="WaitTimeoutError",
-                        message=f"no {name!r} signal within the timeout",
-                        code="WaitTimeoutError",
-                    ),
-                )
-            )
-            raise _timeout(run, step, name)
-        if deadline is not None and pend is None:
-            pend = records.PendingStep(
-                step=step, kind="signal", name=name, deadline=deadline, first_started_at=started
-            )
-            await run.commit_pending(pend)
-        await run.live(run.changed(deadline))
-
-
-def _timeout(run: Run, step: int, name: str) -> WaitTimeoutError:
-    return WaitTimeoutError(
-        f"workflow {run.id!r} waited for signal {name!r} (step {step}) past its timeout",
-        workflow_id=run.id,
-        step=step,
-    )
+            raise await waits.record_timeout(run, step, "signal", name, started)
+        pend = await waits.park(run, step, "signal", name, deadline, started, pend)
 
 
 async def _next_signal(run: Run, name: str) -> tuple[str, bytes] | None:

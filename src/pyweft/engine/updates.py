@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyweft.codec import call_types
-from pyweft.engine import keys, records
+from pyweft.engine import keys, records, waits
 from pyweft.engine.records import (
     AppliedUpdate,
     ErrorInfo,
@@ -45,7 +45,6 @@ from pyweft.errors import (
     UpdateNotFoundError,
     UpdateRejectedError,
     UpdateTimeoutError,
-    WaitTimeoutError,
     WorkflowUsageError,
 )
 from pyweft.storage.base import Delete, Expect, Op, Put
@@ -240,7 +239,7 @@ async def wait_for_update(
     rec = run.replay(step, "update", name)
     if rec is not None:
         if not rec.ok:
-            raise _wait_timeout(run, step, name)
+            raise waits.timeout_error(run, step, "update", name)
         update_id, payload = codec.decode(rec.value or b"", tuple[str, bytes | None])
         value = None if payload is None else codec.decode(payload)
         return UpdateRequestHandle(update_id=update_id, name=name, payload=value, _run=run)
@@ -288,36 +287,8 @@ async def _consume_update(
                     update_id=req.update_id, name=name, payload=value, _run=run
                 )
         if deadline is not None and clock.now() >= deadline:
-            await run.commit_step(
-                StepRecord(
-                    step=step,
-                    kind="update",
-                    name=name,
-                    ok=False,
-                    started_at=started,
-                    finished_at=clock.now(),
-                    error=ErrorInfo(
-                        type="WaitTimeoutError",
-                        message=f"no {name!r} update within the timeout",
-                        code="WaitTimeoutError",
-                    ),
-                )
-            )
-            raise _wait_timeout(run, step, name)
-        if deadline is not None and pend is None:
-            pend = PendingStep(
-                step=step, kind="update", name=name, deadline=deadline, first_started_at=started
-            )
-            await run.commit_pending(pend)
-        await run.live(run.changed(deadline))
-
-
-def _wait_timeout(run: Run, step: int, name: str) -> WaitTimeoutError:
-    return WaitTimeoutError(
-        f"workflow {run.id!r} waited for update {name!r} (step {step}) past its timeout",
-        workflow_id=run.id,
-        step=step,
-    )
+            raise await waits.record_timeout(run, step, "update", name, started)
+        pend = await waits.park(run, step, "update", name, deadline, started, pend)
 
 
 # --- the caller's side -------------------------------------------------------------------
