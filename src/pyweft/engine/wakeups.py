@@ -57,7 +57,14 @@ class WakeupPoller:
             workflow_id = keys.dec(key[len("wake:") :])
             run = core.runs.get(workflow_id)
             if run is None:
-                if not self._adopt_orphans or not await core.resume_run(workflow_id):
+                state_raw = await core.storage.get(keys.wf(workflow_id))
+                finished = state_raw is None or (
+                    records.decode_state(state_raw).status in records.TERMINAL_STATUSES
+                )
+                # A marker of a finished (or purged) run is stale: nobody needs it.
+                if not finished and (
+                    not self._adopt_orphans or not await core.resume_run(workflow_id)
+                ):
                     continue
             else:
                 await wake(core, run)
