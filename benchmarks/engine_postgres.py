@@ -25,53 +25,13 @@ from urllib.parse import urlencode
 
 import psycopg
 from psycopg import sql
+from workloads import bench_concurrent, bench_latency, bench_restart, bench_sequential, pct
 
-from pyweft import Engine, WorkflowContext, activity, workflow
 from pyweft.storage import Expect, PostgresStorage, Put
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 VALUE = b"x" * 200
 schemas: list[str] = []
-
-
-@activity
-async def noop(i: int) -> int:
-    return i
-
-
-@workflow
-async def sequential(ctx: WorkflowContext, n: int) -> int:
-    total = 0
-    for i in range(n):
-        total += await ctx.run(noop, i)
-    return total
-
-
-@workflow
-async def three(ctx: WorkflowContext) -> int:
-    a = await ctx.run(noop, 1)
-    b = await ctx.run(noop, 2)
-    c = await ctx.run(noop, 3)
-    return a + b + c
-
-
-first_resumed: list[float] = []
-gate: asyncio.Event | None = None
-
-
-@activity
-async def park() -> None:
-    # Parks the run (first life) or records when the resumed run got here.
-    if gate is not None:
-        await gate.wait()
-    else:
-        first_resumed.append(time.perf_counter())
-
-
-@workflow
-async def parked(ctx: WorkflowContext) -> None:
-    await ctx.run(noop, 0)
-    await ctx.run(park)
 
 
 def fresh_schema(base: str, name: str) -> tuple[str, str]:
@@ -108,57 +68,6 @@ async def bench_storage(base: str, n: int) -> tuple[float, float]:
         await storage.close()
 
 
-async def bench_sequential(base: str, steps: int) -> float:
-    async with Engine(fresh_schema(base, "seq")[1], workflows=[sequential]) as engine:
-        t0 = time.perf_counter()
-        await (await engine.start(sequential, steps)).result()
-        return steps / (time.perf_counter() - t0)
-
-
-async def bench_concurrent(base: str, n: int) -> float:
-    async with Engine(fresh_schema(base, "conc")[1], workflows=[three]) as engine:
-        t0 = time.perf_counter()
-        handles = await asyncio.gather(*(engine.start(three) for _ in range(n)))
-        await asyncio.gather(*(h.result() for h in handles))
-        return n / (time.perf_counter() - t0)
-
-
-async def bench_latency(base: str, n: int) -> list[float]:
-    async with Engine(fresh_schema(base, "lat")[1], workflows=[three]) as engine:
-        samples = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            await (await engine.start(three)).result()
-            samples.append((time.perf_counter() - t0) * 1000)
-        return samples
-
-
-async def bench_restart(base: str, n: int) -> float:
-    global gate
-    url = fresh_schema(base, "restart")[1]
-    gate = asyncio.Event()
-    async with Engine(url, workflows=[parked]) as engine:
-        await asyncio.gather(*(engine.start(parked, id=f"p{i}") for i in range(n)))
-        while len(await engine.history(f"p{n - 1}")) < 1:
-            await asyncio.sleep(0.01)
-    gate = None
-    first_resumed.clear()
-    t0 = time.perf_counter()
-    async with Engine(url, workflows=[parked]) as engine:
-        while len(first_resumed) < n:
-            await asyncio.sleep(0.005)
-        first = (min(first_resumed) - t0) * 1000
-        everyone = (max(first_resumed) - t0) * 1000
-        print(f"  restart: all {n} runs resumed their next step within {everyone:.0f} ms")
-        del engine
-    return first
-
-
-def pct(samples: list[float], p: float) -> float:
-    s = sorted(samples)
-    return s[min(len(s) - 1, int(p / 100 * len(s)))]
-
-
 def drop_schemas(base: str) -> None:
     with psycopg.connect(base, autocommit=True) as conn:
         for schema in schemas:
@@ -178,16 +87,16 @@ async def main() -> None:
     try:
         cas, get_cas = await bench_storage(base, args.cas)
         print(f"storage: sequential CAS {cas:,.0f}/s, sequential get+CAS {get_cas:,.0f}/s")
-        rate = await bench_sequential(base, args.steps)
+        rate = await bench_sequential(fresh_schema(base, "seq")[1], args.steps)
         print(f"sequential: {args.steps} no-op activities in one workflow: {rate:,.0f} steps/s")
-        rate = await bench_concurrent(base, args.workflows)
+        rate = await bench_concurrent(fresh_schema(base, "conc")[1], args.workflows)
         print(f"concurrent: {args.workflows} workflows x 3 activities: {rate:,.0f} workflows/s")
-        lat = await bench_latency(base, args.latency_samples)
+        lat = await bench_latency(fresh_schema(base, "lat")[1], args.latency_samples)
         print(
             f"start->result of a 3-activity workflow: p50 {statistics.median(lat):.2f} ms, "
             f"p90 {pct(lat, 90):.2f} ms, p99 {pct(lat, 99):.2f} ms"
         )
-        first = await bench_restart(base, 1000)
+        first = await bench_restart(fresh_schema(base, "restart")[1], 1000)
         print(f"restart with 1000 in-flight runs: first resumed step after {first:.1f} ms")
     finally:
         drop_schemas(base)
