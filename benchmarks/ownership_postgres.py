@@ -32,6 +32,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import signal
 import statistics
 import subprocess
@@ -40,7 +41,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlencode
 
 import psycopg
@@ -162,6 +163,8 @@ async def worker(cfg: dict[str, Any]) -> None:
         (control / f"ready-{name}").write_text(str(os.getpid()))
         while not (control / "go").exists():
             await asyncio.sleep(0.005)
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        cpu_at_go = usage.ru_utime + usage.ru_stime
         handles = []
         ids = cfg["ids"]
         for chunk in range(0, len(ids), 50):
@@ -175,7 +178,10 @@ async def worker(cfg: dict[str, Any]) -> None:
         (control / f"started-{name}").write_text(f"{time.time():.6f}")
         if cfg["kind"] == "few":
             await asyncio.gather(*(h.result() for h in handles))
-            (control / f"done-{name}").write_text(f"{time.time():.6f}")
+            cpu = resource.getrusage(resource.RUSAGE_SELF)
+            (control / f"done-{name}").write_text(
+                f"{time.time():.6f} {cpu.ru_utime + cpu.ru_stime - cpu_at_go:.6f}"
+            )
         while not (control / "stop").exists():
             await asyncio.sleep(0.05)
 
@@ -225,14 +231,40 @@ async def scale_run(base: str, engines: int, ownership: str, workflows: int, act
             }
             procs.append(spawn(cfg, control / f"{name}.log"))
         await wait_files(control, "ready", names, 60)
+        server_before = server_cpu()
         t0 = time.time()
         (control / "go").touch()
-        done = await wait_files(control, "done", names, 600)
-        elapsed = max(float(d) for d in done) - t0
+        done = [d.split() for d in await wait_files(control, "done", names, 600)]
+        elapsed = max(float(d[0]) for d in done) - t0
+        server = sum(server_cpu().values()) - sum(server_before.values())
     finally:
         stop_all(control, procs)
         drop_schemas(base)
-    return workflows * acts / elapsed
+    steps = workflows * acts
+    engines_cpu = sum(float(d[1]) for d in done)
+    return ScaleResult(steps / elapsed, engines_cpu / elapsed, server / elapsed, steps)
+
+
+class ScaleResult(NamedTuple):
+    rate: float  # completed steps/s
+    engine_cores: float  # CPU seconds per second, all engine processes together
+    server_cores: float  # the same for every PostgreSQL process
+    steps: int
+
+
+def server_cpu() -> dict[int, float]:
+    """CPU seconds used so far by each PostgreSQL server process on this machine."""
+    tick = os.sysconf("SC_CLK_TCK")
+    used = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue  # the process ended
+        name, fields = text[text.index("(") + 1 : text.rindex(")")], text.rsplit(")", 1)[1].split()
+        if name.startswith("postgres"):
+            used[int(stat.parent.name)] = (int(fields[11]) + int(fields[12])) / tick
+    return used
 
 
 async def bench_scale_out(base: str, workflows: int, acts: int) -> None:
@@ -243,12 +275,22 @@ async def bench_scale_out(base: str, workflows: int, acts: int) -> None:
     rows = [(1, "none"), (1, "workflow-lease"), (3, "workflow-lease")]
     rates = {}
     for engines, mode in rows:
-        rates[(engines, mode)] = max(
-            [await scale_run(base, engines, mode, workflows, acts) for _ in range(2)]
+        runs = [await scale_run(base, engines, mode, workflows, acts) for _ in range(2)]
+        best = rates[(engines, mode)] = max(runs, key=lambda r: r.rate)
+        print(
+            f"   {engines} engine process(es), {mode:14s} {best.rate:7,.0f} steps/s; CPU busy: "
+            f"engines {best.engine_cores:.2f} cores, PostgreSQL {best.server_cores:.2f} cores; "
+            f"per step: engines {best.engine_cores / best.rate * 1e6:.0f} us, "
+            f"PostgreSQL {best.server_cores / best.rate * 1e6:.0f} us"
         )
-        print(f"   {engines} engine process(es), {mode:14s} {rates[(engines, mode)]:7,.0f} steps/s")
     one, three = rates[(1, "workflow-lease")], rates[(3, "workflow-lease")]
-    print(f"   3 engines vs 1 (workflow-lease): x{three / one:.2f}")
+    print(f"   3 engines vs 1 (workflow-lease): x{three.rate / one.rate:.2f}")
+    per_step = (one.engine_cores + one.server_cores) / one.rate
+    cores = os.cpu_count() or 1
+    print(
+        f"   CPU ceiling on {cores} cores at 1 engine's cost per step: "
+        f"{cores / per_step:,.0f} steps/s = x{cores / per_step / one.rate:.2f} of 1 engine"
+    )
 
 
 # --- 3. failover ------------------------------------------------------------------------

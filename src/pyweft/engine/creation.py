@@ -16,6 +16,7 @@ from pyweft.codec import encode_args, payload_size_error
 from pyweft.durations import parse_optional_duration
 from pyweft.engine import keys, records
 from pyweft.engine.core import EngineCore, create_ops
+from pyweft.engine.ownership.claims import ClaimPlan
 from pyweft.engine.records import WorkflowState
 from pyweft.engine.run import Run
 from pyweft.engine.signals import SignalSender
@@ -24,7 +25,7 @@ from pyweft.errors import (
     InvalidArgumentError,
     WorkflowAlreadyExistsError,
 )
-from pyweft.storage.base import Expect, Put
+from pyweft.storage.base import Expect, Op, Put
 
 MAX_ID_BYTES = 255
 
@@ -115,28 +116,39 @@ async def create(
         idem = keys.idempotency(idempotency_key)
         ops.append(Put(key=idem, value=workflow_id.encode()))
         conditions.append(Expect(key=idem, value=None))
-    plan = await core.claims.acquire_ops(workflow_id) if core.claims is not None else None
-    if plan is not None and status == "running":  # a pending run is claimed when it starts
-        ops += plan[0]
-        conditions += plan[1]
     if first_signal is not None:
         name, signal_payload, signal_id = first_signal
         data = signals.encode(signal_payload)
         signal_ops, signal_conds = signals.start_ops(workflow_id, name, data, signal_id, now)
         ops += signal_ops
         conditions += signal_conds
-    if not await core.committer.commit(ops, conditions):
+    # A running run is claimed in its create batch (a pending one when it starts).
+    # Optimistically first: a new id has no claim keys, so no read is needed; a
+    # purged run's id keeps its epoch, and that is read when the guess fails.
+    claims = core.claims if status == "running" else None
+    plan = claims.fresh_ops(workflow_id) if claims is not None else None
+    created = await core.committer.commit(*_with_claim(ops, conditions, plan))
+    if not created and claims is not None:
+        plan = await claims.acquire_ops(workflow_id)
+        created = await core.committer.commit(*_with_claim(ops, conditions, plan))
+    if not created:
         if first_signal is not None:
             return workflow_id, False
         return await _conflict(core, workflow_id, idempotency_key, on_conflict), False
-    if plan is not None and status == "running" and core.claims is not None:
-        core.claims.adopt(plan[2])
+    if plan is not None and claims is not None:
+        claims.adopt(plan[2])
     core.emit("started", state)
     if status == "pending":
         core.arm_pending(state)
     else:
         core.launch(Run(services, definition, state, raw, {}, {}))
     return workflow_id, True
+
+
+def _with_claim(
+    ops: list[Op], conditions: list[Expect], plan: ClaimPlan | None
+) -> tuple[list[Op], list[Expect]]:
+    return (ops, conditions) if plan is None else (ops + plan[0], conditions + plan[1])
 
 
 async def _conflict(

@@ -1,11 +1,15 @@
 """PostgreSQL store: one ``kv`` table, psycopg 3 (async) behind a connection pool.
 
 Compare-and-swap under concurrency. Every write (``batch`` and
-``conditional_batch`` alike) is one autocommitted statement calling the
-PL/pgSQL function ``{schema}.pyweft_write_v1``: one round trip, one
-transaction. The function takes an exclusive transaction-level advisory lock
-for every key the batch reads or writes, in sorted order, then compares the
-condition keys' stored bytes and applies the ops only if all of them hold.
+``conditional_batch`` alike) goes through the PL/pgSQL function
+``{schema}.pyweft_write_v2`` in one autocommitted statement: one round trip,
+one transaction. Writes submitted while others are in flight are sent
+together, several batches to a statement (group commit, see
+:mod:`pyweft.storage.grouping`); a lone writer's batch goes at once. The
+function takes an exclusive transaction-level advisory lock for every key the
+group reads or writes, in sorted order, then for each batch in turn compares
+the condition keys' stored bytes and applies the batch's ops only if all of
+them hold, so a failed condition leaves the other batches unaffected.
 This is correct even for keys expected to be *absent*, which no row lock can
 protect: the lock id is a hash of (schema, key), so any two writers of a key
 serialise on its lock, held until commit (strict two-phase locking on keys).
@@ -37,7 +41,7 @@ import re
 import select
 import struct
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg import sql
@@ -48,6 +52,7 @@ from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
 from pyweft.errors import ConfigurationError, StorageClosedError, StorageError
 from pyweft.storage.base import Delete, Expect, Op, Put, StorageCapabilities, prefix_end
+from pyweft.storage.grouping import GroupCommit
 
 Conn = psycopg.AsyncConnection[Any]
 
@@ -66,7 +71,9 @@ _SQL_SETUP_LOCK = "SELECT pg_advisory_xact_lock(%s::int8)"
 _SQL_EXISTING = """
 SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = %(schema)s),
        EXISTS (SELECT FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-               WHERE n.nspname = %(schema)s AND p.proname = %(fn)s)
+               WHERE n.nspname = %(schema)s AND p.proname = %(fn)s),
+       EXISTS (SELECT FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+               WHERE n.nspname = %(schema)s AND p.proname = %(group_fn)s)
 """
 _SQL_COLUMNS = """
 SELECT a.attname, format_type(a.atttypid, a.atttypmod), co.collname
@@ -78,7 +85,8 @@ WHERE a.attnum > 0 AND NOT a.attisdropped
 """
 _SQL_CREATE_SCHEMA = "CREATE SCHEMA {schema}"
 _SQL_CREATE_TABLE = 'CREATE TABLE {kv} (key TEXT COLLATE "C" PRIMARY KEY, value BYTEA NOT NULL)'
-_WRITE_FUNCTION = "pyweft_write_v1"  # a new name for any change in behaviour
+# Functions get a new name for any change in behaviour. One batch:
+_WRITE_FUNCTION = "pyweft_write_v1"
 _SQL_CREATE_WRITE = """
 CREATE FUNCTION {fn}(lock_ids int8[], ck text[], cv bytea[], dk text[], pk text[], pv bytea[])
 RETURNS boolean LANGUAGE plpgsql VOLATILE AS $body$
@@ -99,6 +107,52 @@ END
 $body$
 """
 _SQL_WRITE = "SELECT {fn}(%s::int8[], %s::text[], %s::bytea[], %s::text[], %s::text[], %s::bytea[])"
+# Several batches in one transaction (group commit). Batch i owns the slices of the
+# condition, delete and put arrays that end at c_end[i], d_end[i] and p_end[i]. Its
+# conditions are checked, after every lock is granted, against what the earlier
+# batches of the group left; if one fails, the batch writes nothing.
+_GROUP_FUNCTION = "pyweft_write_group_v1"
+_SQL_CREATE_GROUP = """
+CREATE FUNCTION {group_fn}(lock_ids int8[], c_end int4[], ck text[], cv bytea[],
+                     d_end int4[], dk text[], p_end int4[], pk text[], pv bytea[])
+RETURNS boolean[] LANGUAGE plpgsql VOLATILE AS $body$
+DECLARE
+  held boolean[] := '{{}}';
+  c0 int4 := 0;
+  d0 int4 := 0;
+  p0 int4 := 0;
+BEGIN
+  PERFORM pg_advisory_xact_lock(id) FROM unnest(lock_ids) AS id;
+  FOR i IN 1 .. cardinality(c_end) LOOP
+    -- Each statement takes a fresh snapshot: it sees every lock holder's commit and
+    -- the writes of this group's earlier batches. NULL expected: absent.
+    IF c_end[i] > c0 AND EXISTS (
+        SELECT FROM unnest(ck[c0 + 1 : c_end[i]], cv[c0 + 1 : c_end[i]]) AS c(key, value)
+        LEFT JOIN {kv} AS kv USING (key) WHERE kv.value IS DISTINCT FROM c.value) THEN
+      held := held || false;
+    ELSE
+      held := held || true;
+      IF d_end[i] > d0 THEN
+        DELETE FROM {kv} WHERE key = ANY(dk[d0 + 1 : d_end[i]]);
+      END IF;
+      IF p_end[i] > p0 THEN
+        INSERT INTO {kv} (key, value)
+          SELECT * FROM unnest(pk[p0 + 1 : p_end[i]], pv[p0 + 1 : p_end[i]])
+          ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value;
+      END IF;
+    END IF;
+    c0 := c_end[i];
+    d0 := d_end[i];
+    p0 := p_end[i];
+  END LOOP;
+  RETURN held;
+END
+$body$
+"""
+_SQL_WRITE_GROUP = (
+    "SELECT {group_fn}(%s::int8[], %s::int4[], %s::text[], %s::bytea[], %s::int4[], %s::text[], "
+    "%s::int4[], %s::text[], %s::bytea[])"
+)
 _SQL_GET = "SELECT value FROM {kv} WHERE key = %s"
 # Formatted with the lower bound's operator, an upper bound and the order. LIMIT NULL: all.
 _SQL_SCAN = "SELECT key, value FROM {{kv}} WHERE key {} %s{} ORDER BY key{} LIMIT %s"
@@ -130,6 +184,7 @@ class PostgresStorage:
         acquire_timeout_s: float = 30.0,
         retry_attempts: int = 5,
         retry_budget_s: float = 2.0,
+        max_inflight_writes: int | None = None,
     ) -> None:
         if not isinstance(schema, str) or not _SCHEMA_NAME.fullmatch(schema):
             raise ConfigurationError(
@@ -140,6 +195,13 @@ class PostgresStorage:
             raise ConfigurationError(f"PostgreSQL schema {schema!r}: the pg_ prefix is reserved")
         if not 1 <= min_connections <= max_connections or retry_attempts < 1:
             raise ConfigurationError("need 1 <= min_connections <= max_connections, retries >= 1")
+        if max_inflight_writes is None:
+            max_inflight_writes = min(2, max_connections)
+        if not 1 <= max_inflight_writes <= max_connections:
+            raise ConfigurationError(
+                f"max_inflight_writes must be between 1 and max_connections ({max_connections}), "
+                f"got {max_inflight_writes}"
+            )
         try:
             params = conninfo_to_dict(conninfo)
         except psycopg.ProgrammingError as exc:
@@ -162,15 +224,21 @@ class PostgresStorage:
         self._retry_attempts = retry_attempts
         self._retry_budget_s = retry_budget_s
         self._lock_prefix = f"{schema}\0".encode()
-        names = {"kv": sql.Identifier(schema, "kv"), "fn": sql.Identifier(schema, _WRITE_FUNCTION)}
+        names = {
+            "kv": sql.Identifier(schema, "kv"),
+            "fn": sql.Identifier(schema, _WRITE_FUNCTION),
+            "group_fn": sql.Identifier(schema, _GROUP_FUNCTION),
+        }
         self._sql_get = _render(_SQL_GET, names)
         self._sql_write = _render(_SQL_WRITE, names)
+        self._sql_write_group = _render(_SQL_WRITE_GROUP, names)
         self._sql_scan = {
             (low, high, rev): _render(_SQL_SCAN.format(low, high, rev), names)
             for low in (">=", ">")
             for high in ("", " AND key < %s", " AND key <= %s")
             for rev in ("", " DESC")
         }
+        self._writes = GroupCommit(self._send_group, max_inflight=max_inflight_writes)
         self._pool: AsyncConnectionPool[Conn] | None = None
         self._open_lock = asyncio.Lock()
         self._closed = False
@@ -260,6 +328,8 @@ class PostgresStorage:
         expected: dict[str, bytes | None] = {}
         held = True
         for c in conditions:
+            if not isinstance(c, Expect) or not isinstance(c.value, bytes | None):
+                raise TypeError(f"conditions must be Expect(key, bytes | None), got {c!r}")
             if "\0" in _check_key(c.key):
                 held = held and c.value is None  # such a key is always absent
             elif expected.setdefault(c.key, c.value) != c.value:
@@ -267,6 +337,52 @@ class PostgresStorage:
         if not held or not (final or expected):
             self._raise_if_closed()
             return held
+        return await self._writes.submit(_Batch(expected, final))
+
+    async def _send_group(self, batches: Sequence[_Batch]) -> list[bool]:
+        """One round trip and one transaction for every batch of a group."""
+        if len(batches) == 1:
+            return [await self._send_one(batches[0])]
+        lock_ids = sorted({self._lock_id(k) for b in batches for k in (*b.expected, *b.final)})
+        ends: tuple[list[int], list[int], list[int]] = ([], [], [])
+        ck: list[bytes] = []
+        cv: list[bytes | None] = []
+        dk: list[bytes] = []
+        pk: list[bytes] = []
+        pv: list[bytes] = []
+        for batch in batches:
+            for key, expected in batch.expected.items():
+                ck.append(key.encode())
+                cv.append(expected)
+            for key, value in batch.final.items():
+                if value is None:
+                    dk.append(key.encode())
+                else:
+                    pk.append(key.encode())
+                    pv.append(value)
+            ends[0].append(len(ck))
+            ends[1].append(len(dk))
+            ends[2].append(len(pk))
+        params = (
+            _array(_INT8, (_INT8_BYTES.pack(i) for i in lock_ids)),
+            _array(_INT4, (_INT4_BYTES.pack(i) for i in ends[0])),
+            _array(_TEXT, ck),
+            _array(_BYTEA, cv),
+            _array(_INT4, (_INT4_BYTES.pack(i) for i in ends[1])),
+            _array(_TEXT, dk),
+            _array(_INT4, (_INT4_BYTES.pack(i) for i in ends[2])),
+            _array(_TEXT, pk),
+            _array(_BYTEA, pv),
+        )
+        rows = await self._execute("commit", self._sql_write_group, params, idempotent=False)
+        held: list[bool] = rows[0][0]
+        if len(held) != len(batches):
+            raise StorageError(f"PostgreSQL write function answered {held!r} for {len(batches)}")
+        return held
+
+    async def _send_one(self, batch: _Batch) -> bool:
+        """A lone batch, through the simpler function: no per-batch loop on the server."""
+        expected, final = batch
         lock_ids = sorted({self._lock_id(key) for key in (*expected, *final)})
         puts = [(key, value) for key, value in final.items() if value is not None]
         params = (
@@ -380,13 +496,14 @@ class PostgresStorage:
             "schema": sql.Identifier(self._schema),
             "kv": sql.Identifier(self._schema, "kv"),
             "fn": sql.Identifier(self._schema, _WRITE_FUNCTION),
+            "group_fn": sql.Identifier(self._schema, _GROUP_FUNCTION),
         }
         async with conn.transaction():
             # Serialise concurrent first uses: CREATE ... IF NOT EXISTS can still race.
             await conn.execute(_SQL_SETUP_LOCK, (self._lock_id(""),))
-            found = {"schema": self._schema, "fn": _WRITE_FUNCTION}
+            found = {"schema": self._schema, "fn": _WRITE_FUNCTION, "group_fn": _GROUP_FUNCTION}
             row = await (await conn.execute(_SQL_EXISTING, found)).fetchone()
-            has_schema, has_function = row or (False, False)
+            has_schema, has_function, has_group_function = row or (False, False, False)
             if not has_schema:
                 await conn.execute(sql.SQL(_SQL_CREATE_SCHEMA).format(**names))
             columns = await (await conn.execute(_SQL_COLUMNS, (self._schema,))).fetchall()
@@ -396,6 +513,8 @@ class PostgresStorage:
                 self._check_table({name: (kind, coll) for name, kind, coll in columns})
             if not has_function:
                 await conn.execute(sql.SQL(_SQL_CREATE_WRITE).format(**names))
+            if not has_group_function:
+                await conn.execute(sql.SQL(_SQL_CREATE_GROUP).format(**names))
 
     def _check_table(self, columns: dict[str, tuple[str, str | None]]) -> None:
         if columns.get("key", ("", ""))[0] != "text" or columns.get("value", ("",))[0] != "bytea":
@@ -464,11 +583,19 @@ async def _configure(conn: Conn) -> None:
 
 # Array parameters in PostgreSQL's binary format, built directly: psycopg's generic
 # list dumpers inspect every element on every call, which costs more than the query.
-_INT8, _TEXT, _BYTEA = 20, 25, 17  # element type oids, checked by the server
+_INT4, _INT8, _TEXT, _BYTEA = 23, 20, 25, 17  # element type oids, checked by the server
+_INT4_BYTES = struct.Struct("!i")
 _INT8_BYTES = struct.Struct("!q")
 _ARRAY_HEAD = struct.Struct("!iiIii")  # dimensions, has-nulls flag, element oid, length, base
 _LENGTH = struct.Struct("!i")
 _NULL = _LENGTH.pack(-1)
+
+
+class _Batch(NamedTuple):
+    """One caller's write, validated: conditions and each key's final value (None: delete)."""
+
+    expected: dict[str, bytes | None]
+    final: dict[str, bytes | None]
 
 
 class _Array(bytes):

@@ -59,6 +59,10 @@ class Claim:
     expires_ms: int
 
 
+ClaimPlan = tuple[list[Op], list[Expect], Claim]
+"""What takes a claim: the writes, their conditions, and the claim once committed."""
+
+
 @dataclass(frozen=True, slots=True)
 class HolderRecord:
     engine_id: str
@@ -160,7 +164,7 @@ class ClaimRegistry:
         grace_ms = GRACE_RENEWALS * self.renew_interval * 1000
         return holder.expires_at_ms + grace_ms < self._clock.now() * 1000
 
-    async def acquire_ops(self, workflow_id: str) -> tuple[list[Op], list[Expect], Claim] | None:
+    async def acquire_ops(self, workflow_id: str) -> ClaimPlan | None:
         """The writes and conditions that take the claim (to fold into the enabling batch).
 
         ``None`` when another engine holds a live claim.
@@ -171,6 +175,15 @@ class ClaimRegistry:
             holder = decode_holder(holder_raw)
             if holder is not None and holder.engine_id != self.engine_id and not self.stale(holder):
                 return None
+        return self._plan(workflow_id, holder_raw, epoch_raw)
+
+    def fresh_ops(self, workflow_id: str) -> ClaimPlan:
+        """The first claim on an id that never had one: conditioned on both keys absent."""
+        return self._plan(workflow_id, None, None)
+
+    def _plan(
+        self, workflow_id: str, holder_raw: bytes | None, epoch_raw: bytes | None
+    ) -> ClaimPlan:
         current = decode_epoch(epoch_raw) if epoch_raw is not None else 0
         new_epoch = encode_epoch(current + 1)
         now = self._clock.now()
