@@ -598,3 +598,31 @@ def test_max_inflight_writes_must_fit_the_pool() -> None:
         )
     with pytest.raises(ConfigurationError, match="max_inflight_writes"):
         PostgresStorage("postgresql://nobody@127.0.0.1/none", max_inflight_writes=0)
+
+
+async def test_reads_queued_together_go_in_one_statement_and_each_gets_its_own_key(
+    pg: tuple[str, str],
+) -> None:
+    url, schema = pg
+    store = PostgresStorage(url, schema=schema, max_connections=1)
+    try:
+        await store.batch([Put(key=f"k{i}", value=b"%d" % i) for i in range(5)])
+        with admin(url) as other:
+            other.execute("BEGIN")
+            other.execute(
+                sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(
+                    sql.Identifier(schema, "kv")
+                )
+            )
+            first = asyncio.ensure_future(store.get("k0"))
+            await eventually(lambda: waiting_on_a_lock(url, store.application_name), what="wait")
+            sent_before = store._reads.groups_sent
+            wanted = ["k3", "missing", "k1", "k3", "k4"]
+            queued = asyncio.gather(*(store.get(key) for key in wanted))
+            await asyncio.sleep(0.05)
+            other.execute("ROLLBACK")
+            assert await first == b"0"
+            assert await queued == [b"3", None, b"1", b"3", b"4"]
+        assert store._reads.groups_sent == sent_before + 1
+    finally:
+        await store.close()

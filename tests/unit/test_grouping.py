@@ -1,4 +1,4 @@
-"""GroupCommit: lone writes go at once, concurrent ones go together, failures reach everyone."""
+"""Coalescer: lone writes go at once, concurrent ones go together, failures reach everyone."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from pyweft.storage.grouping import GroupCommit
+from pyweft.storage.grouping import Coalescer
 
 
 class Sender:
@@ -41,7 +41,7 @@ async def settle() -> None:
 
 async def test_a_lone_write_is_sent_at_once_on_its_own() -> None:
     send = Sender()
-    group = GroupCommit(send, max_inflight=1)
+    group = Coalescer(send, max_inflight=1)
     assert await group.submit(1) == 10
     assert await group.submit(2) == 20
     assert send.groups == [[1], [2]]
@@ -51,7 +51,7 @@ async def test_a_lone_write_is_sent_at_once_on_its_own() -> None:
 async def test_writes_queued_behind_a_busy_slot_go_together_in_order() -> None:
     send = Sender()
     send.gate.clear()
-    group = GroupCommit(send, max_inflight=1)
+    group = Coalescer(send, max_inflight=1)
     first = asyncio.ensure_future(group.submit(1))
     await settle()
     rest = [asyncio.ensure_future(group.submit(i)) for i in range(2, 7)]
@@ -66,7 +66,7 @@ async def test_writes_queued_behind_a_busy_slot_go_together_in_order() -> None:
 async def test_groups_are_capped_and_inflight_sends_are_bounded() -> None:
     send = Sender()
     send.gate.clear()
-    group = GroupCommit(send, max_inflight=2, max_group=3)
+    group = Coalescer(send, max_inflight=2, max_group=3)
     calls = [asyncio.ensure_future(group.submit(i)) for i in range(10)]
     await settle()
     assert send.most_busy == 2
@@ -80,7 +80,7 @@ async def test_groups_are_capped_and_inflight_sends_are_bounded() -> None:
 async def test_a_failed_send_fails_every_write_of_its_group_and_the_next_group_goes_on() -> None:
     send = Sender()
     send.gate.clear()
-    group = GroupCommit(send, max_inflight=1)
+    group = Coalescer(send, max_inflight=1)
     first = asyncio.ensure_future(group.submit(1))
     await settle()
     queued = [asyncio.ensure_future(group.submit(i)) for i in (2, 3)]
@@ -98,7 +98,7 @@ async def test_a_failed_send_fails_every_write_of_its_group_and_the_next_group_g
 async def test_a_caller_cancelled_while_queued_is_never_sent() -> None:
     send = Sender()
     send.gate.clear()
-    group = GroupCommit(send, max_inflight=1)
+    group = Coalescer(send, max_inflight=1)
     first = asyncio.ensure_future(group.submit(1))
     await settle()
     dropped = asyncio.ensure_future(group.submit(2))
@@ -115,7 +115,7 @@ async def test_a_caller_cancelled_while_queued_is_never_sent() -> None:
 async def test_a_caller_cancelled_after_its_group_was_sent_does_not_stop_the_others() -> None:
     send = Sender()
     send.gate.clear()
-    group = GroupCommit(send, max_inflight=1)
+    group = Coalescer(send, max_inflight=1)
     first = asyncio.ensure_future(group.submit(1))
     await settle()
     a, b = asyncio.ensure_future(group.submit(2)), asyncio.ensure_future(group.submit(3))
@@ -130,6 +130,6 @@ async def test_a_caller_cancelled_after_its_group_was_sent_does_not_stop_the_oth
 
 def test_limits_must_be_positive() -> None:
     with pytest.raises(ValueError):
-        GroupCommit(Sender(), max_inflight=0)
+        Coalescer(Sender(), max_inflight=0)
     with pytest.raises(ValueError):
-        GroupCommit(Sender(), max_group=0)
+        Coalescer(Sender(), max_group=0)

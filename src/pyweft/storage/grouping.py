@@ -1,19 +1,20 @@
-"""Group commit on an event loop: writes submitted while others are in flight go together.
+"""Coalescing on an event loop: requests made while others are in flight go together.
 
-A store whose every write is a network round trip and a durable commit (PostgreSQL)
-spends most of a write's cost on things that do not grow with the write: the round
-trip, the transaction, the fsync, and on the client the connection hand-out and the
-driver's send and wait. :class:`GroupCommit` lets up to ``max_inflight`` groups be
-in flight at once; a write that finds a free slot and nobody queued is sent at once,
-on its own, in its caller's task (so a lone sequential writer pays nothing extra). A
-write that finds every slot busy queues, and the next free slot sends everything
-queued (up to ``max_group`` items) as one group. Under load, groups grow by
-themselves; when idle, nothing waits.
+A store whose every call is a network round trip (PostgreSQL) spends most of a
+small call's cost on things that do not grow with it: the round trip, the
+transaction and its commit, and on the client the connection hand-out and the
+driver's send and wait. :class:`Coalescer` lets up to ``max_inflight`` groups be
+in flight at once; a request that finds a free slot and nobody queued is sent at
+once, on its own, in its caller's task (so a lone sequential caller pays nothing
+extra). A request that finds every slot busy queues, and the next free slot sends
+everything queued (up to ``max_group`` items) as one group. Under load, groups
+grow by themselves; when idle, nothing waits.
 
-The sender decides what a group means. For PostgreSQL it is one transaction in which
-each batch's conditions are checked before its writes, so a batch whose condition
-fails writes nothing and the others are unaffected; an error for the whole group
-(a lost connection, say) fails every batch in it with that error.
+The sender decides what a group means. For PostgreSQL writes it is one
+transaction (group commit) in which each batch's conditions are checked before
+its writes, so a batch whose condition fails writes nothing and the others are
+unaffected; for reads, one statement for many keys. An error for the whole group
+(a lost connection, say) fails every request in it with that error.
 
 A caller cancelled while its item is still queued takes the item out (it is never
 sent). Once sent, an item's group runs to its end in its own task, whatever happens
@@ -31,7 +32,7 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-class GroupCommit(Generic[T, R]):
+class Coalescer(Generic[T, R]):
     """Coalesce concurrent submissions into groups handed to ``send`` together.
 
     ``send(items)`` returns one result per item, in order. Use one instance from

@@ -52,7 +52,7 @@ from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
 from pyweft.errors import ConfigurationError, StorageClosedError, StorageError
 from pyweft.storage.base import Delete, Expect, Op, Put, StorageCapabilities, prefix_end
-from pyweft.storage.grouping import GroupCommit
+from pyweft.storage.grouping import Coalescer
 
 Conn = psycopg.AsyncConnection[Any]
 
@@ -154,6 +154,7 @@ _SQL_WRITE_GROUP = (
     "%s::int4[], %s::text[], %s::bytea[])"
 )
 _SQL_GET = "SELECT value FROM {kv} WHERE key = %s"
+_SQL_GET_MANY = "SELECT key, value FROM {kv} WHERE key = ANY(%s::text[])"
 # Formatted with the lower bound's operator, an upper bound and the order. LIMIT NULL: all.
 _SQL_SCAN = "SELECT key, value FROM {{kv}} WHERE key {} %s{} ORDER BY key{} LIMIT %s"
 
@@ -230,6 +231,7 @@ class PostgresStorage:
             "group_fn": sql.Identifier(schema, _GROUP_FUNCTION),
         }
         self._sql_get = _render(_SQL_GET, names)
+        self._sql_get_many = _render(_SQL_GET_MANY, names)
         self._sql_write = _render(_SQL_WRITE, names)
         self._sql_write_group = _render(_SQL_WRITE_GROUP, names)
         self._sql_scan = {
@@ -238,7 +240,11 @@ class PostgresStorage:
             for high in ("", " AND key < %s", " AND key <= %s")
             for rev in ("", " DESC")
         }
-        self._writes = GroupCommit(self._send_group, max_inflight=max_inflight_writes)
+        self._writes = Coalescer(self._send_group, max_inflight=max_inflight_writes)
+        # Reads made while others are in flight go together, many keys to a statement.
+        self._reads = Coalescer(
+            self._send_gets, max_inflight=min(4, max_connections), max_group=256
+        )
         self._pool: AsyncConnectionPool[Conn] | None = None
         self._open_lock = asyncio.Lock()
         self._closed = False
@@ -260,8 +266,18 @@ class PostgresStorage:
         if "\0" in _check_key(key):
             self._raise_if_closed()
             return None  # PostgreSQL text cannot hold NUL, so no such key is stored
-        rows = await self._execute("read", self._sql_get, (key,), idempotent=True)
-        return bytes(rows[0][0]) if rows else None
+        self._raise_if_closed()
+        return await self._reads.submit(key)
+
+    async def _send_gets(self, keys: Sequence[str]) -> list[bytes | None]:
+        """Read many keys in one statement (one snapshot); a lone key on its own."""
+        if len(keys) == 1:
+            rows = await self._execute("read", self._sql_get, (keys[0],), idempotent=True)
+            return [bytes(rows[0][0]) if rows else None]
+        wanted = _array(_TEXT, (key.encode() for key in set(keys)))
+        rows = await self._execute("read", self._sql_get_many, (wanted,), idempotent=True)
+        found = {key: bytes(value) for key, value in rows}
+        return [found.get(key) for key in keys]
 
     async def scan(
         self,
