@@ -189,3 +189,45 @@ async def test_attributes_set_from_outside_survive_the_workflows_own_changes(
 
         await eventually(both, what="merged attributes")
         assert [i.id for i in (await engine.list(attributes={"theirs": "x"})).items] == [handle.id]
+
+
+async def test_purge_leaves_nothing_of_a_run_but_its_spent_keys(backend: Backend) -> None:
+    """Every key a run's life wrote goes with it, except what keeps a key spent."""
+
+    @workflow(name="busy_life")
+    async def busy_life(ctx: WorkflowContext) -> list[object]:
+        seen: list[object] = []
+
+        def add(n: int) -> int:
+            seen.append(n)
+            return len(seen)
+
+        ctx.on_update("add", add)
+        ctx.set_attributes({"region": "eu", "size": 3})
+        seen.append(await ctx.wait_for_signal("go"))
+        request = await ctx.wait_for_update("ask")
+        request.respond("answered")
+        seen.append((await ctx.review({"doc": 1})).decision)
+        await ctx.wait_until(lambda: len(seen) >= 4, timeout=30)
+        return seen
+
+    async with backend.engine(workflows=[busy_life]) as engine:
+        before = {key for key, _ in await engine.storage.scan("")}
+        handle = await engine.start(busy_life, idempotency_key="life-1", tags=["t1"])
+        await engine.signal(handle.id, "go", "hello", signal_id="s-1")
+        assert await engine.update(handle.id, "ask", timeout=10) == "answered"
+
+        async def review_requested() -> bool:
+            return bool(await engine.list_reviews())
+
+        await eventually(review_requested, what="review requested")
+        [review] = await engine.list_reviews()
+        await engine.submit_review(review.review_id, "approved", reviewer="r")
+        assert await engine.update(handle.id, "add", 7, idempotency_key="add-7") == 3
+        assert await engine.update(handle.id, "add", 8) == 4
+        assert await handle.result(timeout=10) == ["hello", "approved", 7, 8]
+
+        assert await engine.purge(workflow_type="busy_life") == 1
+        left = {key for key, _ in await engine.storage.scan("")} - before
+        spent = {key for key in left if key.startswith(("idem:", "own:"))}
+        assert left - spent == set(), sorted(left - spent)

@@ -33,6 +33,7 @@ Layout (``{id}`` is an encoded workflow id):
 ``upr:{update_id}``                   an update's response
 ``upk:{id}:{key}``                    update idempotency key -> update id
 ``upo:{update_id}``                   update id -> workflow id
+``upx:{id}:{update_id}``              updates sent to a run (so purge finds upo/upr)
 ``review:{review_id}``                a human review request and its decision
 ``wake:{id}``                         another process wrote something this run must see
 ``rvix:{status}:{created16}:{review_id}``  reviews by status
@@ -49,7 +50,7 @@ SCHEMA_VERSION = 1
 
 RESERVED_PREFIXES = (
     "meta:", "wf:", "ix:", "idem:", "sig:", "sigseq:", "sigres:", "upd:", "upr:", "upk:", "upo:",
-    "review:", "rvix:", "rvw:", "wake:", "own:",
+    "upx:", "review:", "rvix:", "rvw:", "wake:", "own:",
 )  # fmt: skip
 
 
@@ -184,6 +185,14 @@ def review_index(status: str, created_at: float, review_id: str) -> str:
 
 def update_owner(update_id: str) -> str:
     return "upo:" + enc(update_id)
+
+
+def run_update(workflow_id: str, update_id: str) -> str:
+    return f"{run_updates_prefix(workflow_id)}{enc(update_id)}"
+
+
+def run_updates_prefix(workflow_id: str) -> str:
+    return f"upx:{enc(workflow_id)}:"
 
 
 def version_pin(workflow_id: str, change_id: str) -> str:

@@ -179,6 +179,10 @@ async def purge_run(core: EngineCore, workflow_id: str) -> bool:
     ):
         doomed += [k for k, _ in await storage.scan(scan_prefix)]
     doomed.append(keys.signal_seq(workflow_id))
+    updates_prefix = keys.run_updates_prefix(workflow_id)
+    for key, _ in await storage.scan(updates_prefix):
+        update_id = keys.dec(key[len(updates_prefix) :])
+        doomed += [key, keys.update_owner(update_id), keys.update_response(update_id)]
     for key, _ in await storage.scan(f"rvw:{keys.enc(workflow_id)}:"):
         review_id = keys.id_from_index_key(key)
         raw = await storage.get(keys.review(review_id))

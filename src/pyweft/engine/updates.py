@@ -368,6 +368,7 @@ class UpdateClient:
                     key=keys.update_request(workflow_id, now, update_id), value=records.encode(req)
                 ),
                 Put(key=keys.update_owner(update_id), value=workflow_id.encode()),
+                Put(key=keys.run_update(workflow_id, update_id), value=b""),
             ]
             conds = [Expect(key=keys.wf(workflow_id), value=state_raw)]
             if run is None:  # driven elsewhere (or nowhere): leave a wake-up
