@@ -16,7 +16,7 @@ from pyweft.engine.context import WorkflowContext
 from pyweft.engine.engine import Engine
 from pyweft.engine.events import WorkflowEvent
 from pyweft.engine.handle import WorkflowHandle
-from pyweft.engine.info import Page, StepInfo, WorkflowInfo
+from pyweft.engine.info import Page, RunInfo, StepInfo, WorkflowInfo
 from pyweft.engine.ownership import StoreOwnership
 from pyweft.engine.ownership.lease import LeaseHealth
 from pyweft.engine.records import ErrorInfo
@@ -103,6 +103,7 @@ __all__ = [
     "Page",
     "StepInfo",
     "WorkflowInfo",
+    "RunInfo",
     # plumbing you may swap
     "Clock",
     "DefaultPayloadCodec",

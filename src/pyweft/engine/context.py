@@ -28,7 +28,7 @@ from pyweft.engine import (
     timers,
     updates,
 )
-from pyweft.engine.info import to_datetime
+from pyweft.engine.info import RunInfo, to_datetime
 from pyweft.engine.reviews import Escalation, ReviewDecision
 from pyweft.engine.run import Run
 from pyweft.engine.saga import Saga
@@ -70,6 +70,26 @@ class WorkflowContext:
     @property
     def workflow_type(self) -> str:
         return self._run.definition.name
+
+    @property
+    def info(self) -> RunInfo:
+        """This run's identity and origin (see :class:`RunInfo`); no I/O, no step."""
+        state = self._run.state
+        return RunInfo(
+            workflow_id=state.id,
+            workflow_type=state.type,
+            version=state.version,
+            created_at=to_datetime(state.created_at),
+            generation=state.generation,
+            generation_started_at=to_datetime(state.generation_started_at or state.created_at),
+            parent_id=state.parent_id,
+            depth=state.depth,
+            tags=tuple(state.tags),
+            execution_deadline=None if state.deadline is None else to_datetime(state.deadline),
+            idempotency_key=state.idempotency_key,
+            forked_from=state.forked_from,
+            forked_at_step=state.forked_at_step,
+        )
 
     @property
     def is_replaying(self) -> bool:

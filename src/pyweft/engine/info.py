@@ -16,6 +16,29 @@ def to_datetime(t: float) -> datetime:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class RunInfo:
+    """What a workflow knows about its own run (``ctx.info``), the same on every replay.
+
+    It holds only what was fixed when the run (or its current generation) began;
+    live state such as the status or the step count is ``engine.describe``'s job.
+    """
+
+    workflow_id: str
+    workflow_type: str
+    version: str  # the definition version the run was started under
+    created_at: datetime
+    generation: int  # 0, plus one for each continue_as_new
+    generation_started_at: datetime  # when this generation began (created_at for the first)
+    parent_id: str | None
+    depth: int  # 0 for a top-level run, 1 for its children, and so on
+    tags: tuple[str, ...]
+    execution_deadline: datetime | None  # when execution_timeout times the run out
+    idempotency_key: str | None
+    forked_from: str | None
+    forked_at_step: int | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class WorkflowInfo:
     """A run as stored: what ``describe`` and ``list`` return."""
 
