@@ -170,6 +170,19 @@ class QueryUnavailableError(PyweftError):
         self.workflow_id = workflow_id
 
 
+class QueryFailedError(PyweftError):
+    """A query handler raised, in the process that drives the run (not this one)."""
+
+    def __init__(
+        self, message: str, *, workflow_id: str, query: str, error_type: str, error_message: str
+    ) -> None:
+        super().__init__(message)
+        self.workflow_id = workflow_id
+        self.query = query
+        self.error_type = error_type
+        self.error_message = error_message
+
+
 class UpdateRejectedError(PyweftError):
     """The update's validator rejected it; nothing was written."""
 
@@ -403,6 +416,7 @@ __all__ = [
     "PyweftError",
     "QueryNotFoundError",
     "QueryUnavailableError",
+    "QueryFailedError",
     "ResultTimeoutError",
     "ReviewAlreadyDecidedError",
     "ReviewNotFoundError",

@@ -23,7 +23,6 @@ import pytest
 from pyweft import (
     Engine,
     QueryNotFoundError,
-    QueryUnavailableError,
     WorkflowCancelledError,
     WorkflowContext,
     activity,
@@ -269,7 +268,7 @@ async def test_an_update_that_times_out_prints_its_id_and_update_result_fetches_
     assert fetched.json()["result"] == {"greeting": "hello", "question": "breakfast?"}
 
 
-async def test_query_from_the_cli_says_to_ask_the_engine_that_runs_the_workflow(
+async def test_query_from_the_cli_is_answered_by_the_engine_that_runs_the_workflow(
     engine: Engine, db: Path
 ) -> None:
     await engine.start(concierge, "cy", id="stay-3")
@@ -277,15 +276,32 @@ async def test_query_from_the_cli_says_to_ask_the_engine_that_runs_the_workflow(
     async def live() -> bool:
         try:
             return bool(await engine.query("stay-3", "guest") == "cy")
-        except (QueryNotFoundError, QueryUnavailableError):
+        except QueryNotFoundError:
             return False
 
     await eventually(live, what="the run to register its query handler")
-    asked = await pyweft(db, "workflows", "query", "stay-3", "guest")
+    asked = await pyweft(db, "workflows", "query", "stay-3", "guest", "--json")
+    assert asked.code == 0, asked.output
+    assert asked.json() == {"workflow_id": "stay-3", "query": "guest", "result": "cy"}
+    missing = await pyweft(db, "workflows", "query", "stay-3", "nope")
+    assert missing.code == 1
+    assert "guest" in one_error_line(missing, "QueryNotFoundError")  # names what it has
+    assert await engine.storage.scan("qry:") == [] and await engine.storage.scan("qrs:") == []
+
+
+async def test_query_from_the_cli_with_no_engine_running_is_unavailable_after_its_timeout(
+    db: Path,
+) -> None:
+    async with Engine(f"sqlite:///{db}", workflows=WORKFLOWS, poll_interval=POLL) as engine:
+        await engine.start(concierge, "dee", id="stay-9")
+        await eventually(lambda: engine.is_running_here("stay-9"), what="running")
+    asked = await pyweft(db, "workflows", "query", "stay-9", "guest", "--timeout", "300ms")
     assert asked.code == 1
     line = one_error_line(asked, "QueryUnavailableError")
-    assert "query the engine that runs it" in line
+    assert "within 0.3s" in line
     assert asked.stdout == ""
+    async with Engine(f"sqlite:///{db}", workflows=WORKFLOWS, poll_interval=POLL) as engine:
+        assert await engine.storage.scan("qry:") == []  # the asker took its question back
 
 
 # --- lifecycle ---------------------------------------------------------------------------

@@ -86,9 +86,11 @@ def signal_run(
     )
 
 
-async def _query(db: str | None, workflow_id: str, name: str, args: list[Any]) -> Any:
+async def _query(
+    db: str | None, workflow_id: str, name: str, args: list[Any], timeout: str
+) -> Any:
     async with open_engine(db) as engine:
-        return await engine.query(workflow_id, name, *args)
+        return await engine.query(workflow_id, name, *args, timeout=timeout)
 
 
 @app.command("query")
@@ -100,18 +102,18 @@ def query_run(
         typer.Argument(metavar="ARGS_JSON...", help=f"Handler arguments, each {_JSON_TEXT}"),
     ] = None,
     db: DbOption = None,
+    timeout: TimeoutOption = "5s",
     as_json: JsonOption = False,
 ) -> None:
     """Ask a run a question; its query handler answers from the live run's memory.
 
-    Only the engine process that drives a run holds that memory, and this
-    command runs in a separate process that drives nothing, so against a
-    store shared with a running engine it reports QueryUnavailableError:
-    ask the process that runs the workflow (through its own API) instead.
-    Nothing is written either way.
+    The question goes through the store to the engine process that drives the
+    run, which answers when it next polls the store (its poll_interval). If no
+    engine answers within --timeout (none is running, or the run is suspended
+    or not started yet), the command fails with QueryUnavailableError.
     """
     values = [json_argument(text, f"ARGS_JSON #{n}") for n, text in enumerate(args or (), 1)]
-    answer = run(_query(db, workflow_id, name, values))
+    answer = run(_query(db, workflow_id, name, values, timeout))
     if as_json:
         render.print_json({"workflow_id": workflow_id, "query": name, "result": answer})
     else:

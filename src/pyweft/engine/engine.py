@@ -31,7 +31,7 @@ from pyweft.definitions import (
     workflow_definition_of,
 )
 from pyweft.durations import parse_duration, parse_optional_duration
-from pyweft.engine import control, creation, keys, maintenance, query
+from pyweft.engine import control, creation, keys, maintenance, query, run_queries
 from pyweft.engine.core import EngineCore
 from pyweft.engine.events import WorkflowEvent
 from pyweft.engine.handle import WorkflowHandle
@@ -40,7 +40,6 @@ from pyweft.engine.ownership import MODES, StoreOwnership, check_mode_marker, re
 from pyweft.engine.ownership.claims import ClaimRegistry
 from pyweft.engine.ownership.detector import SecondInstanceDetector
 from pyweft.engine.ownership.lease import LeaseHealth, LeaseManager
-from pyweft.engine.records import TERMINAL_STATUSES
 from pyweft.engine.reviews import ReviewDesk, ReviewInfo
 from pyweft.engine.run import RunServices
 from pyweft.engine.signals import SignalSender
@@ -52,8 +51,6 @@ from pyweft.errors import (
     DefinitionError,
     EngineClosedError,
     InvalidArgumentError,
-    QueryNotFoundError,
-    QueryUnavailableError,
     SchemaVersionError,
     StorageCapabilityError,
     WorkflowTerminalError,
@@ -590,33 +587,16 @@ class Engine:
             raise
         return handle, "signalled"
 
-    async def query(self, workflow_id: str, name: str, *args: Any) -> Any:
-        """Ask a live run a question; its query handler answers from memory. Writes nothing."""
-        self._core.services_or_raise()
-        await self._core.settled(workflow_id)
-        run = self._core.runs.get(workflow_id)
-        if run is None or run.done.done():
-            state = await self._core.visibility.state(workflow_id)
-            if state.status in TERMINAL_STATUSES:
-                raise WorkflowTerminalError(
-                    f"workflow {workflow_id!r} is {state.status}; queries need a live run",
-                    workflow_id=workflow_id,
-                    status=state.status,
-                )
-            raise QueryUnavailableError(
-                f"workflow {workflow_id!r} is {state.status} and not driven by this engine; "
-                "query the engine that runs it, or resume it here",
-                workflow_id=workflow_id,
-            )
-        handler = run.query_handlers.get(name)
-        if handler is None:
-            known = ", ".join(sorted(run.query_handlers)) or "none"
-            raise QueryNotFoundError(
-                f"workflow {workflow_id!r} has no query {name!r} (it has: {known})",
-                workflow_id=workflow_id,
-                query=name,
-            )
-        return handler(*args)
+    async def query(self, workflow_id: str, name: str, *args: Any, timeout: Duration = 5.0) -> Any:
+        """Ask a live run a question; its query handler answers from the run's memory.
+
+        When this engine drives the run, the handler is called at once and nothing
+        is written. Otherwise the question goes through the store to the engine
+        that drives it, which answers within its ``poll_interval``; ``timeout``
+        bounds that wait (``QueryUnavailableError`` when nobody answers).
+        """
+        seconds = parse_duration(timeout, field="timeout")
+        return await run_queries.query(self._core, workflow_id, name, args, seconds)
 
     async def update(
         self,

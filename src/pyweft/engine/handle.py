@@ -49,8 +49,8 @@ class WorkflowHandle:
     async def signal(self, name: str, payload: Any = None, *, signal_id: str | None = None) -> None:
         await self._engine.signal(self.id, name, payload, signal_id=signal_id)
 
-    async def query(self, name: str, *args: Any) -> Any:
-        return await self._engine.query(self.id, name, *args)
+    async def query(self, name: str, *args: Any, timeout: Duration = 5.0) -> Any:
+        return await self._engine.query(self.id, name, *args, timeout=timeout)
 
     async def update(
         self,

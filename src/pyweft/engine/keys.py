@@ -34,6 +34,8 @@ Layout (``{id}`` is an encoded workflow id):
 ``upk:{id}:{key}``                    update idempotency key -> update id
 ``upo:{update_id}``                   update id -> workflow id
 ``upx:{id}:{update_id}``              updates sent to a run (so purge finds upo/upr)
+``qry:{id}:{query_id}``               a query asked from a process that does not drive the run
+``qrs:{id}:{query_id}``               its answer, until the asker reads it
 ``review:{review_id}``                a human review request and its decision
 ``wake:{id}``                         another process wrote something this run must see
 ``rvix:{status}:{created16}:{review_id}``  reviews by status
@@ -50,7 +52,7 @@ SCHEMA_VERSION = 1
 
 RESERVED_PREFIXES = (
     "meta:", "wf:", "ix:", "idem:", "sig:", "sigseq:", "sigres:", "upd:", "upr:", "upk:", "upo:",
-    "upx:", "review:", "rvix:", "rvw:", "wake:", "own:",
+    "upx:", "qry:", "qrs:", "review:", "rvix:", "rvw:", "wake:", "own:",
 )  # fmt: skip
 
 
@@ -221,6 +223,22 @@ def updated_index(workflow_id: str, updated_at: float) -> str:
 
 def end_index(status: str, ended_at: float, workflow_id: str) -> str:
     return f"ix:end:{status}:{ts16(ended_at)}:{enc(workflow_id)}"
+
+
+def query_prefix(workflow_id: str) -> str:
+    return f"qry:{enc(workflow_id)}:"
+
+
+def query_request(workflow_id: str, query_id: str) -> str:
+    return query_prefix(workflow_id) + enc(query_id)
+
+
+def query_responses_prefix(workflow_id: str) -> str:
+    return f"qrs:{enc(workflow_id)}:"
+
+
+def query_response(workflow_id: str, query_id: str) -> str:
+    return query_responses_prefix(workflow_id) + enc(query_id)
 
 
 def wake(workflow_id: str) -> str:

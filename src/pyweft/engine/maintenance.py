@@ -176,6 +176,8 @@ async def purge_run(core: EngineCore, workflow_id: str) -> bool:
         f"sigres:{keys.enc(workflow_id)}:",
         keys.update_prefix(workflow_id),
         f"upk:{keys.enc(workflow_id)}:",
+        keys.query_prefix(workflow_id),
+        keys.query_responses_prefix(workflow_id),
     ):
         doomed += [k for k, _ in await storage.scan(scan_prefix)]
     doomed.append(keys.signal_seq(workflow_id))

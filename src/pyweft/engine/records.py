@@ -152,6 +152,24 @@ class UpdateResponse(msgspec.Struct, array_like=True):
     name: str = ""  # the update's name
 
 
+class QueryRequest(msgspec.Struct, array_like=True):
+    """A query asked by a process that does not drive the run, waiting for its owner."""
+
+    query_id: str
+    name: str
+    args: bytes
+    asked_at: float
+
+
+class QueryResponse(msgspec.Struct, array_like=True):
+    """The owner's answer to a :class:`QueryRequest`: ``value`` when ``ok``, else ``error``."""
+
+    query_id: str
+    ok: bool
+    value: bytes | None = None
+    error: ErrorInfo | None = None
+
+
 class AppliedUpdate(msgspec.Struct, array_like=True):
     """An update applied by an ``on_update`` handler at a step boundary.
 
@@ -191,12 +209,16 @@ _update_dec = msgspec.msgpack.Decoder(UpdateRequest)
 _response_dec = msgspec.msgpack.Decoder(UpdateResponse)
 _applied_dec = msgspec.msgpack.Decoder(AppliedUpdate)
 _review_dec = msgspec.msgpack.Decoder(ReviewRecord)
+_query_dec = msgspec.msgpack.Decoder(QueryRequest)
+_query_response_dec = msgspec.msgpack.Decoder(QueryResponse)
 
 decode_signal = _signal_dec.decode
 decode_update = _update_dec.decode
 decode_response = _response_dec.decode
 decode_applied = _applied_dec.decode
 decode_review = _review_dec.decode
+decode_query = _query_dec.decode
+decode_query_response = _query_response_dec.decode
 
 
 _any_dec = msgspec.msgpack.Decoder()

@@ -1,7 +1,8 @@
 """Wake-ups: how a run driven by one process hears about writes made by another.
 
-A signal, update, review decision, cancel or suspend written by a process that
-does not drive the run also writes ``wake:{id}`` in the same batch. Every
+A signal, update, query, review decision, cancel or suspend written by a
+process that does not drive the run also writes ``wake:{id}`` in the same
+batch. Every
 engine scans ``wake:`` once per poll interval and, for runs it drives, reloads
 what changed, wakes the run, and deletes the marker. One scan serves every
 run, however many are parked.
@@ -12,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from pyweft.engine import keys, records
+from pyweft.engine import keys, records, run_queries
 from pyweft.engine.core import EngineCore
 from pyweft.engine.run import Run
 from pyweft.storage.base import Delete, Expect
@@ -66,8 +67,13 @@ class WakeupPoller:
                     not self._adopt_orphans or not await core.resume_run(workflow_id)
                 ):
                     continue
+                if not finished:
+                    continue  # adopted just now: its queries wait for its handlers (next scan)
             else:
                 await wake(core, run)
+                if run.replaying:
+                    continue  # its query handlers are not all back yet: look again next scan
+                await run_queries.answer_pending(core, run)
             await core.committer.commit([Delete(key=key)], [Expect(key=key, value=raw)])
             handled += 1
         return handled
