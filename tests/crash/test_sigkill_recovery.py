@@ -17,12 +17,14 @@ import os
 import random
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from pyweft import Engine, StepInfo, WorkflowInfo
 from support import crashkit as kit
+from support.backends import postgres_schema, with_schema
 
 _CHOSEN_SEEDS = os.environ.get("PYWEFT_CRASH_SEEDS", "")
 SEEDS = tuple(int(s) for s in _CHOSEN_SEEDS.split(",") if s.strip()) or (11, 23, 37, 41, 59)
@@ -32,10 +34,20 @@ KILL_DELAY_S = (0.02, 0.4)  # counted from the worker's START line: imports done
 FINAL_TIMEOUT_S = 60.0
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The store the workers share: an SQLite file, or a fresh PostgreSQL schema."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'pyweft.db'}"
+    else:
+        with postgres_schema() as (url, schema):
+            yield with_schema(url, schema)
+
+
 async def _read_store(
-    db: Path, ids: list[str]
+    store: str, ids: list[str]
 ) -> tuple[dict[str, str], dict[str, tuple[WorkflowInfo, list[StepInfo]]]]:
-    async with Engine(f"sqlite:///{db}", recover=False) as engine:
+    async with Engine(store, recover=False) as engine:
         page = await engine.list(limit=1000)
         listed = {info.id: info.status for info in page.items}
         runs = {i: (await engine.describe(i), await engine.history(i)) for i in ids}
@@ -65,7 +77,7 @@ def _journal_problems(
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_sigkill_at_random_moments_loses_nothing_and_reruns_only_in_flight_activities(
-    tmp_path: Path, seed: int
+    tmp_path: Path, store: str, seed: int
 ) -> None:
     """Kill a worker 12 times at seeded random moments, then let one finish, and check.
 
@@ -97,13 +109,13 @@ def test_sigkill_at_random_moments_loses_nothing_and_reruns_only_in_flight_activ
     6. Each of the 12 kills hit a live worker; the final worker exits 0 after
        checking every result itself and logs no warning, error or traceback.
     """
-    where = f"seed {seed} (rerun with PYWEFT_CRASH_SEEDS={seed})"
-    db, ledger = tmp_path / "pyweft.db", tmp_path / "ledger.txt"
+    where = f"{store.split(':')[0]}, seed {seed} (rerun with PYWEFT_CRASH_SEEDS={seed})"
+    ledger = tmp_path / "ledger.txt"
     rng = random.Random(seed)
     killed: set[str] = set()
     workers: list[kit.WorkerProcess] = []
     for k in range(KILLS_PER_SEED):
-        worker = kit.launch(tmp_path, db, ledger, N_RUNS, seed, f"kill{k:02d}")
+        worker = kit.launch(tmp_path, store, ledger, N_RUNS, seed, f"kill{k:02d}")
         workers.append(worker)
         try:
             kit.wait_ready(worker, ledger)
@@ -117,7 +129,7 @@ def test_sigkill_at_random_moments_loses_nothing_and_reruns_only_in_flight_activ
         finally:
             worker.ensure_dead()
 
-    final = kit.launch(tmp_path, db, ledger, N_RUNS, seed, "final")
+    final = kit.launch(tmp_path, store, ledger, N_RUNS, seed, "final")
     workers.append(final)
     try:
         returncode = final.proc.wait(timeout=FINAL_TIMEOUT_S)
@@ -130,7 +142,7 @@ def test_sigkill_at_random_moments_loses_nothing_and_reruns_only_in_flight_activ
     assert returncode == 0, f"{where}: final worker exited {returncode}:\n{final.log_tail()}"
 
     ids = [f"run-{i}" for i in range(N_RUNS)]
-    listed, runs = asyncio.run(_read_store(db, ids))
+    listed, runs = asyncio.run(_read_store(store, ids))
     assert listed == dict.fromkeys(ids, "completed"), f"{where}: stored runs {listed}"
     problems = [p for i in ids for p in _journal_problems(i, seed, *runs[i])]
 

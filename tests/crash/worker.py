@@ -93,7 +93,8 @@ async def main(db: str, ledger_path: str, n_runs: int, seed: int, mode: str) -> 
     _ledger = kit.Ledger(ledger_path, lifetime)
     _ledger.start()
     stagger = random.Random(f"{seed}/starts")
-    async with Engine(f"sqlite:///{db}", workflows=[crash_plan]) as engine:
+    store = db if "://" in db else f"sqlite:///{db}"  # a store URL, or an SQLite file
+    async with Engine(store, workflows=[crash_plan]) as engine:
         handles = []
         for i in range(n_runs):
             run_id = f"run-{i}"

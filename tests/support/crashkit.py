@@ -376,8 +376,15 @@ class WorkerProcess:
 
 
 def launch(
-    tmp: Path, db: Path, ledger: Path, n_runs: int, seed: int, lifetime: str, mode: str = "mix"
+    tmp: Path,
+    db: Path | str,
+    ledger: Path,
+    n_runs: int,
+    seed: int,
+    lifetime: str,
+    mode: str = "mix",
 ) -> WorkerProcess:
+    """Start a worker on ``db``: an SQLite file, or any store URL."""
     log = tmp / f"worker-{lifetime}.log"
     offset = ledger.stat().st_size if ledger.exists() else 0
     env = {**os.environ, "CRASHKIT_LIFETIME": lifetime}
