@@ -86,9 +86,7 @@ def signal_run(
     )
 
 
-async def _query(
-    db: str | None, workflow_id: str, name: str, args: list[Any], timeout: str
-) -> Any:
+async def _query(db: str | None, workflow_id: str, name: str, args: list[Any], timeout: str) -> Any:
     async with open_engine(db) as engine:
         return await engine.query(workflow_id, name, *args, timeout=timeout)
 
