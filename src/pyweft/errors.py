@@ -141,7 +141,8 @@ class WorkflowTimeoutError(PyweftError, TimeoutError):
 
 
 class WorkflowUsageError(PyweftError):
-    """Workflow code used the context in an unsupported way (e.g. ``wait_until`` in a branch)."""
+    """An API used where it cannot work: the workflow context in an unsupported way (e.g.
+    ``wait_until`` in a branch), or a blocking ``pyweft.sync`` call on the engine's own loop."""
 
 
 class WaitTimeoutError(PyweftError, TimeoutError):

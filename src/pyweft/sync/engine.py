@@ -1,0 +1,478 @@
+"""``Engine`` for scripts and WSGI apps: the async engine on a background loop, blocking calls.
+
+Each method runs its async twin on the engine's loop thread and waits for
+it, so arguments, return values, exceptions and ``timeout=`` mean exactly
+what they mean on :class:`pyweft.Engine`; only handles and event iterators
+are swapped for their blocking versions.
+"""
+
+from __future__ import annotations
+
+import builtins
+import concurrent.futures
+import contextlib
+import functools
+import threading
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Literal, ParamSpec, TypeVar
+
+from pyweft.clock import Clock
+from pyweft.codec import PayloadCodec
+from pyweft.definitions import ActivityDefinition, Duration, WorkflowDefinition
+from pyweft.engine.engine import DEFAULT_MAX_PAYLOAD_BYTES
+from pyweft.engine.engine import Engine as AsyncEngine
+from pyweft.engine.info import Page, WorkflowInfo
+from pyweft.engine.ownership import StoreOwnership
+from pyweft.engine.ownership.lease import LeaseHealth
+from pyweft.engine.reviews import ReviewInfo
+from pyweft.engine.updates import OMITTED
+from pyweft.engine.visibility import Group, History
+from pyweft.errors import EngineClosedError
+from pyweft.storage.base import Storage
+from pyweft.sync import process
+from pyweft.sync.events import EventIterator
+from pyweft.sync.handle import WorkflowHandle
+from pyweft.sync.loop import LoopThread, closed_error
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+State = Literal["new", "opening", "open", "closing", "closed"]
+
+
+class Engine:
+    """Runs durable workflows from synchronous code. Use ``with Engine(...) as engine``.
+
+    Takes the same arguments as :class:`pyweft.Engine`. Construction starts one
+    background thread with one event loop and builds the async engine there
+    (opening the store); ``open()`` recovers runs; ``close()`` shuts the engine
+    down, stops the loop and joins the thread. Workflows, activities and timers
+    all run on that loop. Safe to call from many threads at once; never call it
+    from the loop itself (a workflow or an async activity): that raises
+    :class:`~pyweft.errors.WorkflowUsageError` instead of deadlocking.
+    """
+
+    supported_schema_version: int = AsyncEngine.supported_schema_version
+
+    def __init__(
+        self,
+        storage: str | Storage | None = None,
+        *,
+        workflows: Iterable[Callable[..., Any]] = (),
+        activities: Iterable[Callable[..., Any]] = (),
+        recover: bool = True,
+        clock: Clock | None = None,
+        codec: PayloadCodec | None = None,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        activity_threads: int = 32,
+        sqlite_synchronous: Literal["FULL", "NORMAL"] = "FULL",
+        poll_interval: float = 1.0,
+        version_mismatch: Literal["fail_run", "raise"] = "fail_run",
+        retention: Mapping[str, Duration] | None = None,
+        retention_sweep_interval: Duration = 60.0,
+        retention_batch_size: int = 500,
+        ownership: str = "none",
+        lease_ttl: Duration = 30.0,
+        lease_renew_interval: Duration = 5.0,
+        lease_wait_timeout: Duration = 60.0,
+        detect_second_instance: bool = False,
+        second_instance_interval: Duration = 15.0,
+        claim_ttl: Duration = 30.0,
+        claim_renew_interval: Duration = 5.0,
+    ) -> None:
+        self._lock = threading.Lock()
+        self._state: State = "new"
+        self._forked = False
+        self._closing: concurrent.futures.Future[None] | None = None  # set by close()
+        self._loop = LoopThread("pyweft-sync-loop")
+        try:
+            self._engine = self._loop.call(
+                AsyncEngine,
+                storage,
+                workflows=workflows,
+                activities=activities,
+                recover=recover,
+                clock=clock,
+                codec=codec,
+                max_payload_bytes=max_payload_bytes,
+                activity_threads=activity_threads,
+                sqlite_synchronous=sqlite_synchronous,
+                poll_interval=poll_interval,
+                version_mismatch=version_mismatch,
+                retention=retention,
+                retention_sweep_interval=retention_sweep_interval,
+                retention_batch_size=retention_batch_size,
+                ownership=ownership,
+                lease_ttl=lease_ttl,
+                lease_renew_interval=lease_renew_interval,
+                lease_wait_timeout=lease_wait_timeout,
+                detect_second_instance=detect_second_instance,
+                second_instance_interval=second_instance_interval,
+                claim_ttl=claim_ttl,
+                claim_renew_interval=claim_renew_interval,
+            )
+        except BaseException:
+            self._loop.stop()
+            self._state = "closed"
+            raise
+        self._loop.owner = self
+        process.track(self)
+
+    def __repr__(self) -> str:
+        return f"pyweft.sync.Engine(storage={self._engine.storage!r}, state={self._state!r})"
+
+    def _run(
+        self, fn: Callable[P, Coroutine[Any, Any, T]], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        self._loop.refuse_loop_thread(getattr(fn, "__name__", "call"))
+        if self._state != "open":
+            raise closed_error(forked=self._forked)
+        return self._loop.run(fn, *args, **kwargs)
+
+    # --- lifecycle --------------------------------------------------------------------
+
+    def __enter__(self) -> Engine:
+        self.open()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def open(self) -> None:
+        """Check the store's schema and, unless ``recover=False``, resume every running run.
+
+        If opening fails, the engine is closed (thread included) and the error raised.
+        """
+        self._loop.refuse_loop_thread("open")
+        with self._lock:
+            if self._state != "new":
+                if self._forked:
+                    raise closed_error(forked=True)
+                raise EngineClosedError("an Engine can be opened only once; create a new one")
+            self._state = "opening"
+        try:
+            self._loop.run(self._engine.open)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.close()
+            raise
+        with self._lock:
+            if self._state == "opening":
+                self._state = "open"
+
+    def close(self) -> None:
+        """Shut the engine down (runs stay resumable), stop the loop, join the thread.
+
+        Idempotent, and safe from any thread but the loop's. Calls waiting in other
+        threads get their answer or :class:`~pyweft.errors.EngineClosedError`. If
+        Ctrl-C interrupts it, the shutdown goes on; call ``close()`` again to wait
+        for the rest (the exit hook does so at interpreter exit).
+        """
+        self._loop.refuse_loop_thread("close")
+        with self._lock:
+            if self._state == "closed":
+                return
+            self._state = "closing"
+            if self._closing is None:
+                with contextlib.suppress(EngineClosedError):  # the loop already died
+                    self._closing = self._loop.submit(self._engine.shutdown())
+            closing = self._closing
+        if closing is not None:
+            try:
+                self._loop.wait(closing, cancel_on_interrupt=False)
+            except EngineClosedError:
+                pass  # the loop died under the shutdown; nothing is left to stop
+            except BaseException:
+                if not closing.done():
+                    raise  # interrupted while the shutdown goes on
+                self._stopped()
+                raise
+        self._stopped()
+
+    def shutdown(self) -> None:
+        """Same as :meth:`close` (the async engine's name for it)."""
+        self.close()
+
+    def _stopped(self) -> None:
+        self._loop.stop()
+        with self._lock:
+            self._state = "closed"
+        process.forget(self)
+
+    def _after_fork_in_child(self) -> None:
+        self._lock = threading.Lock()  # another thread may have held it at the fork
+        self._state = "closed"
+        self._forked = True
+        self._loop.after_fork_in_child()
+
+    # --- registration and facts -------------------------------------------------------
+
+    @property
+    def async_engine(self) -> AsyncEngine:
+        """The async engine underneath. Only for code already running on its loop (a
+        workflow or async activity), where ``await sync_engine.async_engine.signal(...)``
+        is the non-blocking way to call it."""
+        return self._engine
+
+    def register_workflow(self, fn: Callable[..., Any]) -> WorkflowDefinition:
+        """Register a workflow function (decorated with ``@workflow`` or a plain ``async def``)."""
+        return self._loop.call(self._engine.register_workflow, fn)
+
+    def register_activity(self, fn: Callable[..., Any]) -> ActivityDefinition:
+        """Register an activity engine-wide so workflows can call it by name."""
+        return self._loop.call(self._engine.register_activity, fn)
+
+    @property
+    def storage(self) -> Storage:
+        """The store; its methods are coroutines bound to the engine's loop."""
+        return self._engine.storage
+
+    @property
+    def workflow_types(self) -> builtins.list[str]:
+        return self._loop.call(lambda: self._engine.workflow_types)
+
+    def registered_versions(self) -> dict[str, str]:
+        return self._loop.call(self._engine.registered_versions)
+
+    @property
+    def clock(self) -> Clock:
+        return self._engine.clock
+
+    @property
+    def codec(self) -> PayloadCodec:
+        return self._engine.codec
+
+    @property
+    def max_payload_bytes(self) -> int:
+        return self._engine.max_payload_bytes
+
+    @property
+    def instance_id(self) -> str:
+        return self._engine.instance_id
+
+    @property
+    def ownership(self) -> str:
+        return self._engine.ownership
+
+    @property
+    def schema_version(self) -> int | None:
+        return self._engine.schema_version
+
+    @property
+    def store_was_new(self) -> bool:
+        return self._engine.store_was_new
+
+    def lease_health(self) -> LeaseHealth:
+        return self._loop.call(self._engine.lease_health)
+
+    def store_ownership(self) -> StoreOwnership:
+        return self._run(self._engine.store_ownership)
+
+    def reclaim(self) -> int:
+        return self._run(self._engine.reclaim)
+
+    # --- starting and controlling runs ------------------------------------------------
+
+    def start(
+        self,
+        wf: Callable[..., Any] | str,
+        *args: Any,
+        id: str | None = None,
+        idempotency_key: str | None = None,
+        on_conflict: Literal["fail", "use_existing"] = "fail",
+        execution_timeout: Duration | None = None,
+        start_delay: Duration | None = None,
+        start_at: datetime | float | None = None,
+        tags: Sequence[str] = (),
+    ) -> WorkflowHandle:
+        """Create a run and start driving it. Returns once the run is durably stored."""
+        handle = self._run(
+            self._engine.start,
+            wf,
+            *args,
+            id=id,
+            idempotency_key=idempotency_key,
+            on_conflict=on_conflict,
+            execution_timeout=execution_timeout,
+            start_delay=start_delay,
+            start_at=start_at,
+            tags=tags,
+        )
+        return WorkflowHandle(self, handle.id)
+
+    def get_handle(self, workflow_id: str) -> WorkflowHandle:
+        """A handle to an existing run. Does no I/O; errors surface when it is used."""
+        return WorkflowHandle(self, workflow_id)
+
+    def result(self, workflow_id: str, *, timeout: Duration | None = None) -> Any:
+        """Block until a run finishes; return its result or raise its failure.
+
+        ``timeout`` bounds the wait only (``ResultTimeoutError``); without it the
+        call waits as long as the run takes. Ctrl-C stops the wait, not the run.
+        """
+        return self._run(self._engine.result, workflow_id, timeout=timeout)
+
+    def cancel(self, workflow_id: str) -> None:
+        self._run(self._engine.cancel, workflow_id)
+
+    def suspend(self, workflow_id: str) -> None:
+        self._run(self._engine.suspend, workflow_id)
+
+    def resume(self, workflow_id: str) -> None:
+        self._run(self._engine.resume, workflow_id)
+
+    def recover_all(self) -> int:
+        return self._run(self._engine.recover_all)
+
+    def is_running_here(self, workflow_id: str) -> bool:
+        return self._loop.call(self._engine.is_running_here, workflow_id)
+
+    # --- messages ---------------------------------------------------------------------
+
+    def signal(
+        self, workflow_id: str, name: str, payload: Any = None, *, signal_id: str | None = None
+    ) -> None:
+        """Send a signal. Returns once it is durably buffered for the run."""
+        self._run(self._engine.signal, workflow_id, name, payload, signal_id=signal_id)
+
+    def start_or_signal(
+        self,
+        wf: Callable[..., Any] | str,
+        *args: Any,
+        signal: tuple[str, Any],
+        id: str | None = None,
+        signal_id: str | None = None,
+    ) -> tuple[WorkflowHandle, Literal["started", "signalled"]]:
+        handle, how = self._run(
+            self._engine.start_or_signal, wf, *args, signal=signal, id=id, signal_id=signal_id
+        )
+        return WorkflowHandle(self, handle.id), how
+
+    def query(self, workflow_id: str, name: str, *args: Any, timeout: Duration = 5.0) -> Any:
+        return self._run(self._engine.query, workflow_id, name, *args, timeout=timeout)
+
+    def update(
+        self,
+        workflow_id: str,
+        name: str,
+        payload: Any = OMITTED,
+        *,
+        timeout: Any = 5.0,
+        idempotency_key: str | None = None,
+    ) -> Any:
+        """Send an update and block until the workflow answers (or ``timeout`` passes)."""
+        return self._run(
+            self._engine.update,
+            workflow_id,
+            name,
+            payload,
+            timeout=timeout,
+            idempotency_key=idempotency_key,
+        )
+
+    def update_result(self, update_id: str, *, timeout: Any = None) -> Any:
+        return self._run(self._engine.update_result, update_id, timeout=timeout)
+
+    def submit_review(
+        self,
+        review_id: str,
+        decision: Literal["approved", "rejected", "needs_changes"],
+        *,
+        reviewer: str,
+        feedback: str | None = None,
+    ) -> None:
+        self._run(
+            self._engine.submit_review, review_id, decision, reviewer=reviewer, feedback=feedback
+        )
+
+    def list_reviews(
+        self,
+        *,
+        status: str | None = "pending",
+        workflow_id: str | None = None,
+        review_type: str | None = None,
+    ) -> builtins.list[ReviewInfo]:
+        return self._run(
+            self._engine.list_reviews,
+            status=status,
+            workflow_id=workflow_id,
+            review_type=review_type,
+        )
+
+    def events(self, workflow_id: str | None = None) -> EventIterator:
+        """Lifecycle events of every run (or one) from now on, as a blocking iterator."""
+        return EventIterator(self._loop, functools.partial(self._engine.events, workflow_id))
+
+    def run_events(self, workflow_id: str) -> EventIterator:
+        """One run's events until its terminal event, as a blocking iterator."""
+        return EventIterator(self._loop, functools.partial(self._engine.run_events, workflow_id))
+
+    # --- visibility and maintenance ---------------------------------------------------
+
+    def describe(self, workflow_id: str) -> WorkflowInfo:
+        return self._run(self._engine.describe, workflow_id)
+
+    def list(
+        self,
+        *,
+        status: str | Sequence[str] | None = None,
+        workflow_type: str | None = None,
+        id_prefix: str | None = None,
+        parent_id: str | None = None,
+        created_after: datetime | float | None = None,
+        created_before: datetime | float | None = None,
+        updated_after: datetime | float | None = None,
+        updated_before: datetime | float | None = None,
+        attributes: Mapping[str, Any] | None = None,
+        tags: Sequence[str] | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> Page[WorkflowInfo]:
+        return self._run(
+            self._engine.list,
+            status=status,
+            workflow_type=workflow_type,
+            id_prefix=id_prefix,
+            parent_id=parent_id,
+            created_after=created_after,
+            created_before=created_before,
+            updated_after=updated_after,
+            updated_before=updated_before,
+            attributes=attributes,
+            tags=tags,
+            limit=limit,
+            cursor=cursor,
+        )
+
+    def aggregate(self, *, group_by: str, **filters: Any) -> builtins.list[Group]:
+        return self._run(self._engine.aggregate, group_by=group_by, **filters)
+
+    def history(self, workflow_id: str) -> History:
+        return self._run(self._engine.history, workflow_id)
+
+    def set_attributes(self, workflow_id: str, values: Mapping[str, Any]) -> None:
+        self._run(self._engine.set_attributes, workflow_id, values)
+
+    def fork(
+        self,
+        workflow_id: str,
+        *,
+        from_step: int | None = None,
+        id: str | None = None,
+        drive: bool = True,
+    ) -> WorkflowHandle:
+        handle = self._run(self._engine.fork, workflow_id, from_step=from_step, id=id, drive=drive)
+        return WorkflowHandle(self, handle.id)
+
+    def purge(self, **filters: Any) -> int:
+        return self._run(self._engine.purge, **filters)
+
+    def sweep_retention(self) -> int:
+        return self._run(self._engine.sweep_retention)
