@@ -226,3 +226,43 @@ async def test_continue_as_new_keeps_the_id_and_resets_the_journal(backend: Back
         history = await handle.history()
     assert ran == ["round 1", "round 2", "round 3"]
     assert len(history.steps) == 1  # only the last generation's journal remains
+
+
+pins: list[int] = []
+
+
+@workflow(name="race_then_pin")
+async def race_then_pin(ctx: WorkflowContext) -> int:
+    async def nested() -> str:
+        # A race inside a branch: its own loser (the 200 s sleep) and, if this whole
+        # branch loses, its winner's open steps must go too.
+        return str(await ctx.race(ctx.sleep(200), ctx.wait_for_signal("inner")))
+
+    await ctx.race(ctx.sleep(100), ctx.wait_for_signal("x"), nested())
+    await ctx.wait_for_signal("y")
+    pin = await ctx.get_version("change", 1, 2)
+    pins.append(pin)
+    return pin
+
+
+async def test_a_race_deletes_its_losers_progress_so_a_restart_sees_no_open_steps(
+    backend: Backend,
+) -> None:
+    pins.clear()
+    async with backend.engine(workflows=[race_then_pin]) as engine:
+        await engine.start(race_then_pin, id="rp")
+        await eventually(lambda: backend.clock.pending_timers() == 2, what="both sleeps armed")
+        await engine.signal("rp", "x", 1)
+
+        async def race_recorded() -> bool:
+            return any(s.kind == "race" for s in await engine.history("rp"))
+
+        await eventually(race_recorded, what="the race recorded")
+        assert await engine.storage.scan("wf:rp:p:") == []  # no loser's progress is left
+        assert backend.clock.pending_timers() == 0
+    # After a restart the run replays the race and reaches get_version at its live
+    # frontier: nothing is ahead of it, so it gets the newest version.
+    async with backend.engine(workflows=[race_then_pin]) as engine:
+        await engine.signal("rp", "y", 1)
+        assert await engine.get_handle("rp").result(timeout=5) == 2
+    assert pins == [2]

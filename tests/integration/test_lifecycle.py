@@ -139,3 +139,49 @@ async def test_cancel_of_pending_run(backend: Backend) -> None:
         backend.clock.advance(60)
         await asyncio.sleep(0.02)
         assert ran == []
+
+
+cleanups: list[str] = []
+
+
+@activity
+async def clean_up(tag: str) -> str:
+    cleanups.append(tag)
+    return tag
+
+
+@workflow(name="cancel_catcher")
+async def cancel_catcher(ctx: WorkflowContext, swallow: bool) -> str:
+    try:
+        got = await ctx.wait_for_signal("go")
+    except asyncio.CancelledError:
+        await ctx.run(clean_up, "after-cancel")
+        if swallow:
+            return "swallowed"
+        raise
+    return f"got {got}"
+
+
+@pytest.mark.parametrize("swallow", [False, True])
+async def test_suspend_and_shutdown_are_not_mistaken_for_a_cancel_by_code_that_catches_it(
+    backend: Backend, swallow: bool
+) -> None:
+    """Stopping a run (suspend, engine shutdown) records nothing, whatever its code does."""
+    cleanups.clear()
+    parked = lambda engine, rid: engine.is_running_here(rid)  # noqa: E731
+    async with backend.engine(workflows=[cancel_catcher]) as engine:
+        handle = await engine.start(cancel_catcher, swallow, id="catcher")
+        await eventually(lambda: parked(engine, "catcher"), what="parked")
+        await handle.suspend()
+        assert (await handle.describe()).status == "suspended"
+        assert len(await handle.history()) == 0 and cleanups == []
+        await handle.resume()
+        await eventually(lambda: parked(engine, "catcher"), what="parked again")
+    # Shutdown stopped the live wait too: still running, nothing recorded.
+    async with backend.engine(workflows=[cancel_catcher]) as engine:
+        handle = engine.get_handle("catcher")
+        assert (await handle.describe()).status == "running"
+        assert len(await handle.history()) == 0 and cleanups == []
+        await handle.signal("go", 1)
+        assert await handle.result(timeout=5) == "got 1"
+    assert cleanups == []

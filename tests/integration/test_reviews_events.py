@@ -167,3 +167,18 @@ async def test_events_stream_lifecycle_in_order(backend: Backend) -> None:
             "completed",
         ]
         await run_events.aclose()  # type: ignore[attr-defined]
+
+
+async def test_an_event_stream_buffers_from_the_moment_it_is_made(backend: Backend) -> None:
+    async with backend.engine(workflows=[eventful]) as engine:
+        everything = engine.events()  # subscribed now, though nobody iterates yet
+        handle = await engine.start(eventful)
+        mine = handle.events()
+        await handle.signal("go", 1)
+        assert await handle.result(timeout=5) == 2
+        kinds = [event.kind async for event in mine]  # ends after the terminal event
+        assert kinds == ["step_completed", "signal_received", "step_completed", "completed"]
+        assert (await anext(everything)).kind == "started"
+        await everything.aclose()
+        assert [event async for event in everything] == []
+        assert not engine._core.events.active  # both streams let go of their buffers

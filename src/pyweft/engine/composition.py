@@ -22,8 +22,10 @@ import functools
 from collections.abc import Awaitable, Sequence
 from typing import Any
 
+from pyweft.engine import keys
 from pyweft.engine.records import StepRecord
-from pyweft.engine.run import RACE_BRANCH, Deferred, Run, Superseded
+from pyweft.engine.run import RACE_BRANCH, RACE_PENDINGS, Deferred, Run, Superseded
+from pyweft.storage.base import Delete, Op
 
 
 def _coroutine(aw: Awaitable[Any]) -> Any:
@@ -69,13 +71,16 @@ async def race(run: Run, step: int, branches: Sequence[Awaitable[Any]]) -> tuple
     started = run.services.clock.now()
     loop = asyncio.get_running_loop()
     held: list[Deferred] = []
+    opened: list[set[int]] = []  # steps each branch wrote progress records for
     tasks: list[asyncio.Task[Any]] = []
     finished: list[int] = []
     for i, branch in enumerate(branches):
         collected: Deferred = []
         held.append(collected)
+        opened.append(set())
         context = contextvars.copy_context()
         context.run(RACE_BRANCH.set, collected)
+        context.run(RACE_PENDINGS.set, (*RACE_PENDINGS.get(), opened[i]))
         task = loop.create_task(_coroutine(branch), context=context)
         task.add_done_callback(functools.partial(_mark, finished, i))
         tasks.append(task)
@@ -100,7 +105,12 @@ async def race(run: Run, step: int, branches: Sequence[Awaitable[Any]]) -> tuple
         finished_at=run.services.clock.now(),
         value=codec.encode(winner),
     )
-    entries: Deferred = [*held[winner], (record, [], [])]
+    # The losers' open steps will never run again (replay takes the winner): their
+    # progress records go with the race's record. (finish() deletes them again, in case
+    # a loser's write was still in flight and lands later.)
+    losers_open = sorted(set().union(*(s for i, s in enumerate(opened) if i != winner)))
+    cleanup: list[Op] = [Delete(key=keys.pending(run.id, step)) for step in losers_open]
+    entries: Deferred = [*held[winner], (record, cleanup, [])]
     outer = RACE_BRANCH.get()
     if outer is not None:  # a race inside a race branch: the outer race decides
         outer.extend(entries)

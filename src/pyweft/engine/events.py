@@ -8,6 +8,7 @@ the oldest events rather than slowing the engine down.
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -84,27 +85,64 @@ class EventBus:
             if sub.waiter is not None and not sub.waiter.done():
                 sub.waiter.set_result(None)
 
-    async def subscribe(
+    def subscribe(
         self, workflow_id: str | None = None, *, until_terminal: bool = False
-    ) -> AsyncIterator[WorkflowEvent]:
-        """Yield events as they happen, from the moment of subscription.
+    ) -> EventStream:
+        """Events as they happen, from this call on (not from the first iteration).
 
-        With ``until_terminal``, the iterator ends after the run's terminal event.
-        The iterator also ends when the engine shuts down.
+        With ``until_terminal``, the stream ends after the run's terminal event.
+        It also ends when the engine shuts down.
         """
         sub = _Subscriber(workflow_id, self._capacity)
         self._subscribers.add(sub)
-        try:
-            while True:
-                while sub.queue:
-                    event = sub.queue.popleft()
-                    yield event
-                    if until_terminal and event.kind in TERMINAL_KINDS:
-                        return
-                if self._closed:
-                    return
-                sub.waiter = asyncio.get_running_loop().create_future()
+        return EventStream(self, sub, until_terminal)
+
+    def _unsubscribe(self, sub: _Subscriber) -> None:
+        self._subscribers.discard(sub)
+
+
+class EventStream(AsyncIterator[WorkflowEvent]):
+    """An async iterator of events, subscribed from the moment it was made.
+
+    It buffers what happens before the first ``__anext__``, so nothing between
+    subscribing and iterating is missed. Call :meth:`aclose` (or let it end, or
+    be garbage-collected) to stop buffering.
+    """
+
+    __slots__ = ("__weakref__", "_bus", "_done", "_sub", "_until_terminal")
+
+    def __init__(self, bus: EventBus, sub: _Subscriber, until_terminal: bool) -> None:
+        self._bus = bus
+        self._sub = sub
+        self._until_terminal = until_terminal
+        self._done = False
+        weakref.finalize(self, bus._unsubscribe, sub)
+
+    def __aiter__(self) -> EventStream:
+        return self
+
+    async def __anext__(self) -> WorkflowEvent:
+        sub = self._sub
+        while not self._done:
+            if sub.queue:
+                event = sub.queue.popleft()
+                if self._until_terminal and event.kind in TERMINAL_KINDS:
+                    self._finish()
+                return event
+            if self._bus._closed:
+                break
+            sub.waiter = asyncio.get_running_loop().create_future()
+            try:
                 await sub.waiter
+            finally:
                 sub.waiter = None
-        finally:
-            self._subscribers.discard(sub)
+        self._finish()
+        raise StopAsyncIteration
+
+    async def aclose(self) -> None:
+        """Stop listening; iterating again ends at once."""
+        self._finish()
+
+    def _finish(self) -> None:
+        self._done = True
+        self._bus._unsubscribe(self._sub)

@@ -94,6 +94,12 @@ Deferred = list[tuple[StepRecord, list[Op], list[Expect]]]
 RACE_BRANCH: contextvars.ContextVar[Deferred | None] = contextvars.ContextVar(
     "pyweft_race_branch", default=None
 )
+# Also set inside race branches, one set per enclosing race branch (outermost first): the
+# steps whose progress records (open sleeps, activity attempts) the branch wrote, so a
+# race can delete a losing branch's records, nested races' included, with its own record.
+RACE_PENDINGS: contextvars.ContextVar[tuple[set[int], ...]] = contextvars.ContextVar(
+    "pyweft_race_pendings", default=()
+)
 
 
 class Superseded(BaseException):
@@ -399,6 +405,8 @@ class Run:
         # Tracked before the write: if this step is cancelled while the write is in
         # flight (a race loser), the write may still land, and finish() must delete it.
         self._open_pendings.add(pend.step)
+        for branch_pendings in RACE_PENDINGS.get():
+            branch_pendings.add(pend.step)
         if not await self.services.committer.commit(batch, conditions, workflow_id=self.id):
             if not conds or await self.services.storage.get(journal_key) is not None:
                 raise Superseded()

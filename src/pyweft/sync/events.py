@@ -40,12 +40,7 @@ class EventIterator:
             return
         loop.refuse_loop_thread("events")
         try:
-            self._source = loop.call(subscribe)
-            # The engine registers a subscriber at the first step, not when the iterator is
-            # made. Start that step now; the no-op round trip after it returns only once the
-            # step has run up to its first wait (the loop runs callbacks in order).
-            self._step = loop.submit(self._pull(self._source))
-            loop.run(asyncio.sleep, 0)
+            self._source = loop.call(subscribe)  # the engine's stream subscribes when made
         except EngineClosedError:
             return  # closed meanwhile: an ended iterator, as the async one would be
         self._ended = False
