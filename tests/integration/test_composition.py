@@ -11,6 +11,7 @@ from pyweft import (
     ChildWorkflowError,
     RetryPolicy,
     WorkflowContext,
+    WorkflowFailedError,
     activity,
     workflow,
 )
@@ -233,12 +234,9 @@ pins: list[int] = []
 
 @workflow(name="race_then_pin")
 async def race_then_pin(ctx: WorkflowContext) -> int:
-    async def nested() -> str:
-        # A race inside a branch: its own loser (the 200 s sleep) and, if this whole
-        # branch loses, its winner's open steps must go too.
-        return str(await ctx.race(ctx.sleep(200), ctx.wait_for_signal("inner")))
-
-    await ctx.race(ctx.sleep(100), ctx.wait_for_signal("x"), nested())
+    # The third branch is a race of its own: when it loses, its open sleep goes too.
+    inner = ctx.race(ctx.sleep(200), ctx.wait_for_signal("inner"))
+    await ctx.race(ctx.sleep(100), ctx.wait_for_signal("x"), inner)
     await ctx.wait_for_signal("y")
     pin = await ctx.get_version("change", 1, 2)
     pins.append(pin)
@@ -266,3 +264,73 @@ async def test_a_race_deletes_its_losers_progress_so_a_restart_sees_no_open_step
         await engine.signal("rp", "y", 1)
         assert await engine.get_handle("rp").result(timeout=5) == 2
     assert pins == [2]
+
+
+mixed_calls: list[str] = []
+
+
+@activity
+async def tagged_job(tag: str) -> str:
+    mixed_calls.append(tag)
+    if tag.endswith("1") and tag.startswith("A"):
+        await asyncio.sleep(0.05)  # A's first step finishes last: timing decides the order
+    return tag
+
+
+@workflow(name="helper_branches")
+async def helper_branches(ctx: WorkflowContext, how: str) -> list[str]:
+    async def flow(prefix: str) -> str:
+        first = await ctx.run(tagged_job, prefix + "1")
+        return first + await ctx.run(tagged_job, prefix + "2")
+
+    if how == "all":
+        return await ctx.all(flow("A"), flow("B"))
+    if how == "race":
+        return [await ctx.race(flow("A"), ctx.sleep(10))]
+    if how == "gather":
+        return list(await asyncio.gather(flow("A"), flow("B")))
+    if how == "wait_until":
+        return [str(await ctx.race(ctx.wait_until(lambda: True), ctx.sleep(1)))]
+    # Fan-out of single operations is fine, nested composites included.
+    nested = ctx.race(ctx.run(tagged_job, "C1"), ctx.sleep(10))
+    return await ctx.all(ctx.run(tagged_job, "A1"), ctx.run(tagged_job, "B1"), nested)
+
+
+@pytest.mark.parametrize(
+    ("how", "message"),
+    [
+        ("all", "ctx.all branch 0 (helper_branches.<locals>.flow) is not a single durable"),
+        ("race", "ctx.race branch 0 (helper_branches.<locals>.flow) is not a single durable"),
+        ("gather", "called from task"),
+        ("wait_until", "ctx.race branch 0 is ctx.wait_until"),
+    ],
+)
+async def test_branches_that_would_number_steps_by_timing_are_refused(
+    backend: Backend, how: str, message: str
+) -> None:
+    """Replay could not number their later steps as the first run did (a helper
+    coroutine's second step is numbered when its first one happens to finish), so
+    they fail the run at once with advice, before anything is recorded."""
+    mixed_calls.clear()
+    async with backend.engine(workflows=[helper_branches]) as engine:
+        handle = await engine.start(helper_branches, how)
+        with pytest.raises(WorkflowFailedError) as failed:
+            await handle.result(timeout=5)
+        assert failed.value.error_type == "WorkflowUsageError"
+        assert message in failed.value.error_message
+        assert "child workflow" in failed.value.error_message or how == "wait_until"
+        if how != "gather":
+            assert mixed_calls == [] and len(await handle.history()) == 0
+
+
+async def test_single_operations_and_nested_composites_replay_to_the_same_values(
+    backend: Backend,
+) -> None:
+    mixed_calls.clear()
+    async with backend.engine(workflows=[helper_branches]) as engine:
+        handle = await engine.start(helper_branches, "ops")
+        assert await handle.result(timeout=5) == ["A1", "B1", "C1"]
+    async with backend.engine(workflows=[helper_branches]) as engine:
+        forked = await engine.fork(handle.id)  # replays the whole journal in a new run
+        assert await forked.result(timeout=5) == ["A1", "B1", "C1"]
+    assert sorted(mixed_calls) == ["A1", "B1", "C1"]  # the fork ran nothing again

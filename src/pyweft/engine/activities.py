@@ -9,6 +9,7 @@ from typing import Any
 
 from pyweft.definitions import ActivityDefinition, RetryPolicy
 from pyweft.engine import records
+from pyweft.engine.operations import operation
 from pyweft.engine.records import ErrorInfo, PendingStep, StepRecord
 from pyweft.engine.run import Run
 from pyweft.errors import ActivityError, ActivityTimeoutError, PayloadError
@@ -29,6 +30,7 @@ def activity_error(rec: StepRecord) -> ActivityError:
     )
 
 
+@operation
 async def run_activity(
     run: Run,
     step: int,

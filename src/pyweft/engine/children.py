@@ -14,6 +14,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from pyweft.engine.operations import operation
 from pyweft.engine.records import ErrorInfo, PendingStep, StepRecord
 from pyweft.engine.run import Run
 from pyweft.errors import ChildWorkflowError, NestingLimitError, WorkflowAlreadyExistsError
@@ -22,6 +23,7 @@ MAX_DEPTH = 10
 POLICIES = ("await", "abandon", "request_cancel")
 
 
+@operation
 async def child_step(
     run: Run,
     step: int,

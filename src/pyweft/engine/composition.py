@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from pyweft.engine import keys
+from pyweft.engine.operations import discard
 from pyweft.engine.records import StepRecord
 from pyweft.engine.run import RACE_BRANCH, RACE_PENDINGS, Deferred, Run, Superseded
 from pyweft.storage.base import Delete, Op
@@ -42,9 +43,19 @@ def _mark(finished: list[int], index: int, _task: asyncio.Task[Any]) -> None:
     finished.append(index)
 
 
-def _discard(aw: Awaitable[Any]) -> None:
-    if asyncio.iscoroutine(aw):
-        aw.close()
+async def all_keyed(run: Run, branches: dict[str, Awaitable[Any]]) -> dict[str, Any]:
+    values = await all_of(run, list(branches.values()))
+    return dict(zip(branches, values, strict=True))
+
+
+async def race_value(run: Run, step: int, branches: Sequence[Awaitable[Any]]) -> Any:
+    _, value = await race(run, step, branches)
+    return value
+
+
+async def race_keyed(run: Run, step: int, branches: dict[str, Awaitable[Any]]) -> tuple[str, Any]:
+    index, value = await race(run, step, list(branches.values()))
+    return list(branches)[index], value
 
 
 async def all_of(run: Run, branches: Sequence[Awaitable[Any]]) -> list[Any]:
@@ -65,7 +76,7 @@ async def race(run: Run, step: int, branches: Sequence[Awaitable[Any]]) -> tuple
         winner = int(codec.decode(rec.value or b"\x00"))
         for i, branch in enumerate(branches):
             if i != winner:
-                _discard(branch)
+                discard(branch)
         return winner, await branches[winner]
     await run.enter_live()
     started = run.services.clock.now()

@@ -22,6 +22,7 @@ from pyweft.engine import (
     children,
     composition,
     conditions,
+    operations,
     recorded,
     reviews,
     signals,
@@ -301,34 +302,39 @@ class WorkflowContext:
     # --- composition --------------------------------------------------------------------
 
     def all(self, *branches: Awaitable[Any]) -> Awaitable[list[Any]]:
-        """Run branches (steps) concurrently; their results in order.
+        """Run branches concurrently; their results in order.
 
-        A branch that finished stays recorded even if a sibling fails; the
-        first failure (by position) is raised once every branch settled.
+        Each branch is one durable operation (``ctx.run``, ``ctx.sleep``,
+        ``ctx.start_child``, a nested ``ctx.race``...); anything else raises
+        :class:`~pyweft.WorkflowUsageError`. A branch that finished stays
+        recorded even if a sibling fails; the first failure (by position) is
+        raised once every branch settled.
         """
-        return composition.all_of(self._run, branches)
+        operations.check_branches("ctx.all", branches)
+        return operations.Composite(composition.all_of(self._run, branches), branches)
 
-    async def all_keyed(self, branches: dict[str, Awaitable[Any]]) -> dict[str, Any]:
+    def all_keyed(self, branches: dict[str, Awaitable[Any]]) -> Awaitable[dict[str, Any]]:
         """Like :meth:`all` over a mapping; returns ``{key: result}``."""
-        values = await composition.all_of(self._run, list(branches.values()))
-        return dict(zip(branches, values, strict=True))
+        operations.check_branches("ctx.all_keyed", list(branches.values()))
+        coro = composition.all_keyed(self._run, branches)
+        return operations.Composite(coro, list(branches.values()))
 
-    async def race(self, *branches: Awaitable[Any]) -> Any:
+    def race(self, *branches: Awaitable[Any]) -> Awaitable[Any]:
         """The result of the first branch to settle; the others are cancelled.
 
-        Which branch won is recorded, so replay takes the same branch. A
+        Branches are durable operations, as for :meth:`all`. Which branch won
+        is recorded (this is one step), so replay takes the same branch. A
         losing signal wait does not consume its signal.
         """
-        _, value = await composition.race(self._run, self._run.alloc_step(), branches)
-        return value
+        operations.check_branches("ctx.race", branches)
+        coro = composition.race_value(self._run, self._run.alloc_step(), branches)
+        return operations.Composite(coro, branches)
 
-    async def race_keyed(self, branches: dict[str, Awaitable[Any]]) -> tuple[str, Any]:
+    def race_keyed(self, branches: dict[str, Awaitable[Any]]) -> Awaitable[tuple[str, Any]]:
         """Like :meth:`race` over a mapping; returns ``(winning key, value)``."""
-        names = list(branches)
-        index, value = await composition.race(
-            self._run, self._run.alloc_step(), list(branches.values())
-        )
-        return names[index], value
+        operations.check_branches("ctx.race_keyed", list(branches.values()))
+        coro = composition.race_keyed(self._run, self._run.alloc_step(), branches)
+        return operations.Composite(coro, list(branches.values()))
 
     def start_child(
         self,

@@ -7,12 +7,14 @@ from collections.abc import Callable
 from typing import Any
 
 from pyweft.engine import keys
+from pyweft.engine.operations import operation
 from pyweft.engine.records import StepRecord
 from pyweft.engine.run import Run
 from pyweft.errors import InvalidArgumentError, VersionMismatchError
 from pyweft.storage.base import Put
 
 
+@operation
 async def memo(run: Run, step: int, key: str, fn: Callable[[], Any]) -> Any:
     """Compute ``fn()`` once and record it; replay returns the recorded value.
 

@@ -24,6 +24,7 @@ import msgspec
 from pyweft.durations import parse_duration
 from pyweft.engine import keys, records
 from pyweft.engine.info import to_datetime
+from pyweft.engine.operations import operation
 from pyweft.engine.records import ErrorInfo, PendingStep, ReviewRecord, StepRecord
 from pyweft.engine.run import Run, RunServices
 from pyweft.errors import (
@@ -149,6 +150,7 @@ def _with_status(record: ReviewRecord, **changes: Any) -> tuple[ReviewRecord, li
     return new, ops
 
 
+@operation
 async def review_step(
     run: Run,
     step: int,

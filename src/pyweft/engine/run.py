@@ -27,7 +27,7 @@ import msgspec
 from pyweft.clock import Clock
 from pyweft.codec import PayloadCodec, decode_args, payload_size_error
 from pyweft.definitions import ActivityDefinition, WorkflowDefinition
-from pyweft.engine import keys, records
+from pyweft.engine import keys, operations, records
 from pyweft.engine.commit import Committer
 from pyweft.engine.events import EventBus, EventKind, WorkflowEvent
 from pyweft.engine.info import to_datetime
@@ -170,6 +170,10 @@ class Run:
     # --- step allocation and replay -------------------------------------------------
 
     def alloc_step(self) -> int:
+        """The next step number: only the workflow's own task may take one."""
+        task = asyncio.current_task()
+        if self.task is not None and task is not self.task:
+            raise operations.not_in_workflow_task(task.get_name() if task else "(no task)")
         self._next_step += 1
         return self._next_step
 

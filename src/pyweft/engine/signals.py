@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyweft.engine import keys, records, waits
+from pyweft.engine.operations import operation
 from pyweft.engine.records import SignalRecord, StepRecord, WorkflowState
 from pyweft.engine.run import Run, RunServices
 from pyweft.errors import InvalidArgumentError, WorkflowTerminalError
@@ -58,6 +59,7 @@ def terminal_error(state: WorkflowState, what: str) -> WorkflowTerminalError:
 # --- the workflow side --------------------------------------------------------------
 
 
+@operation
 async def wait_for_signal(run: Run, step: int, name: str, timeout_s: float | None) -> Any:
     """Return the payload of the oldest buffered ``name`` signal, waiting if there is none."""
     rec = run.replay(step, "signal", name)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pyweft.engine.operations import operation
 from pyweft.engine.records import PendingStep, StepRecord
 from pyweft.engine.run import Run
 
 
+@operation
 async def sleep_until(run: Run, step: int, deadline: float | None, seconds: float) -> None:
     """Sleep until ``deadline`` (when given) or for ``seconds`` from the first live call."""
     if run.replay(step, "sleep", "sleep") is not None:

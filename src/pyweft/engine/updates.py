@@ -26,6 +26,7 @@ from typing import Any
 
 from pyweft.codec import call_types
 from pyweft.engine import keys, records, waits
+from pyweft.engine.operations import operation
 from pyweft.engine.records import (
     AppliedUpdate,
     ErrorInfo,
@@ -231,6 +232,7 @@ async def _write_response(run: Run, response: UpdateResponse) -> None:
     run.emit("update_completed", update_id=response.update_id, ok=True)
 
 
+@operation
 async def wait_for_update(
     run: Run, step: int, name: str, timeout_s: float | None
 ) -> UpdateRequestHandle:

@@ -1,0 +1,102 @@
+"""Durable operations, and why only they may run concurrently inside a workflow.
+
+Replay matches recorded steps to the code by step number, and a step takes its
+number when the workflow *calls* the operation. That numbering is the same on
+every replay only if every number is taken by the workflow's own task, in code
+order. Two things would break it, so both are refused with
+:class:`~pyweft.errors.WorkflowUsageError`:
+
+- Branches of ``ctx.all`` / ``ctx.race`` that are not single durable operations
+  (``ctx.run``, ``ctx.sleep``, ``ctx.wait_for_signal``, ``ctx.start_child``,
+  a nested ``ctx.all`` or ``ctx.race``...). A helper coroutine that awaits one
+  step and then calls the next takes its later numbers when the earlier step
+  happens to finish, so they depend on timing; and a race's losers never run on
+  replay, so whatever they numbered would shift everything after them.
+- Taking a step number from any task but the run's own (for example in a
+  coroutine run by ``asyncio.gather`` or ``asyncio.create_task``), for the same
+  reason.
+
+A sequence of steps that must run concurrently with others belongs in a child
+workflow (``ctx.start_child``), which is itself one operation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
+from types import CodeType, CoroutineType
+from typing import Any, TypeVar
+
+from pyweft.errors import WorkflowUsageError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_OPERATIONS: set[CodeType] = set()
+
+ADVICE = (
+    "To run steps concurrently, pass single operations (ctx.run, ctx.sleep, "
+    "ctx.wait_for_signal, ctx.start_child, a nested ctx.all or ctx.race, ...) to ctx.all "
+    "or ctx.race; put a multi-step branch in a child workflow (ctx.start_child)."
+)
+
+
+class Composite:
+    """A ``ctx.all`` / ``ctx.race`` not yet awaited: one operation made of others.
+
+    Awaitable once. Closing it (a race that lost on replay is never run) closes
+    its branches too, so none is left unawaited.
+    """
+
+    __slots__ = ("_branches", "_coro")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], branches: Sequence[Awaitable[Any]]):
+        self._coro = coro
+        self._branches = tuple(branches)
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self._coro.__await__()
+
+    def close(self) -> None:
+        self._coro.close()
+        for branch in self._branches:
+            discard(branch)
+
+
+def discard(branch: Awaitable[Any]) -> None:
+    """Drop a branch that will never run, without a "never awaited" warning."""
+    if isinstance(branch, Composite | CoroutineType):
+        branch.close()
+
+
+def operation(fn: F) -> F:
+    """Mark an ``async def`` whose coroutine is one durable operation, numbered at call time."""
+    _OPERATIONS.add(fn.__code__)
+    return fn
+
+
+def check_branches(what: str, branches: Sequence[Awaitable[Any]]) -> None:
+    """Refuse branches that are not durable operations (closing them all first)."""
+    for index, branch in enumerate(branches):
+        if isinstance(branch, Composite) or (
+            isinstance(branch, CoroutineType) and branch.cr_code in _OPERATIONS
+        ):
+            continue
+        for other in branches:
+            discard(other)  # never started: closed, so Python does not warn about it
+        name = getattr(branch, "__qualname__", type(branch).__name__)
+        if name.endswith("wait_until"):
+            raise WorkflowUsageError(
+                f"{what} branch {index} is ctx.wait_until, which cannot be a branch; give it "
+                "a timeout= instead"
+            )
+        raise WorkflowUsageError(
+            f"{what} branch {index} ({name}) is not a single durable operation; its later "
+            f"steps would be numbered by timing and could not be replayed. {ADVICE}"
+        )
+
+
+def not_in_workflow_task(task_name: str) -> WorkflowUsageError:
+    return WorkflowUsageError(
+        f"a durable operation was called from task {task_name!r}, not from the workflow "
+        f"itself: steps numbered by other tasks depend on timing and cannot be replayed. "
+        f"{ADVICE}"
+    )
