@@ -223,6 +223,11 @@ async def test_purge_leaves_nothing_of_a_run_but_its_spent_keys(backend: Backend
         await eventually(review_requested, what="review requested")
         [review] = await engine.list_reviews()
         await engine.submit_review(review.review_id, "approved", reviewer="r")
+
+        async def reviewed() -> bool:
+            return any(step.kind == "review" for step in await engine.history(handle.id))
+
+        await eventually(reviewed, what="the review step recorded")
         assert await engine.update(handle.id, "add", 7, idempotency_key="add-7") == 3
         assert await engine.update(handle.id, "add", 8) == 4
         assert await handle.result(timeout=10) == ["hello", "approved", 7, 8]

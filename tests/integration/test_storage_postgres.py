@@ -500,95 +500,93 @@ async def queue_behind_a_locked_write(
     return stuck
 
 
-async def test_batches_queued_together_commit_as_one_group_each_on_its_own_conditions(
-    pg: tuple[str, str],
-) -> None:
+@pytest.fixture
+async def one_slot(pg: tuple[str, str]) -> AsyncIterator[PostgresStorage]:
+    """A store with a single write slot, so a stuck write makes the others queue."""
     url, schema = pg
     store = PostgresStorage(url, schema=schema, max_inflight_writes=1)
     try:
-        await store.batch([Put(key="taken", value=b"old")])
-        with admin(url) as other:
-            stuck = await queue_behind_a_locked_write(url, store, other)
-            sent_before = store._writes.groups_sent
-            calls = [
-                # In submission order; each sees what the earlier ones of its group wrote.
-                store.conditional_batch([Expect(key="x", value=None)], [Put(key="x", value=b"1")]),
-                store.conditional_batch([Expect(key="x", value=None)], [Put(key="x", value=b"2")]),
-                store.conditional_batch([Expect(key="x", value=b"1")], [Put(key="y", value=b"y")]),
-                store.conditional_batch([Expect(key="taken", value=None)], [Delete(key="y")]),
-                store.conditional_batch([], [Delete(key="taken"), Put(key="z", value=b"")]),
-            ]
-            pending = asyncio.gather(*calls)
-            await asyncio.sleep(0.05)
-            assert not pending.done()
-            other.execute("ROLLBACK")
-            assert await pending == [True, False, True, False, True]
-            await stuck
-        assert store._writes.groups_sent == sent_before + 1  # one round trip for all five
-        assert await store.scan("") == [("gate", b"open"), ("x", b"1"), ("y", b"y"), ("z", b"")]
+        await store.get("warm-up")
+        yield store
     finally:
         await store.close()
+
+
+async def test_batches_queued_together_commit_as_one_group_each_on_its_own_conditions(
+    pg: tuple[str, str], one_slot: PostgresStorage
+) -> None:
+    url, store = pg[0], one_slot
+    await store.batch([Put(key="taken", value=b"old")])
+    with admin(url) as other:
+        stuck = await queue_behind_a_locked_write(url, store, other)
+        sent_before = store._writes.groups_sent
+        calls = [
+            # In submission order; each sees what the earlier ones of its group wrote.
+            store.conditional_batch([Expect(key="x", value=None)], [Put(key="x", value=b"1")]),
+            store.conditional_batch([Expect(key="x", value=None)], [Put(key="x", value=b"2")]),
+            store.conditional_batch([Expect(key="x", value=b"1")], [Put(key="y", value=b"y")]),
+            store.conditional_batch([Expect(key="taken", value=None)], [Delete(key="y")]),
+            store.conditional_batch([], [Delete(key="taken"), Put(key="z", value=b"")]),
+        ]
+        pending = asyncio.gather(*calls)
+        await asyncio.sleep(0.05)
+        assert not pending.done()
+        other.execute("ROLLBACK")
+        assert await pending == [True, False, True, False, True]
+        await stuck
+    assert store._writes.groups_sent == sent_before + 1  # one round trip for all five
+    assert await store.scan("") == [("gate", b"open"), ("x", b"1"), ("y", b"y"), ("z", b"")]
 
 
 async def test_a_group_whose_connection_drops_fails_every_batch_in_it_as_unknown(
-    pg: tuple[str, str],
+    pg: tuple[str, str], one_slot: PostgresStorage
 ) -> None:
-    url, schema = pg
-    store = PostgresStorage(url, schema=schema, max_inflight_writes=1)
-    try:
-        await store.get("warm-up")
-        with admin(url) as other:
-            stuck = await queue_behind_a_locked_write(url, store, other)
-            # Queued behind the stuck batch, then sent as one group that waits on the
-            # same lock, so the second kill hits all three at once.
-            group = asyncio.gather(
-                *(
-                    store.batch([Put(key=f"k{i}", value=b""), Put(key="gate", value=b"")])
-                    for i in range(3)
-                ),
-                return_exceptions=True,
-            )
-            await asyncio.sleep(0.05)
-            sent_before = store._writes.groups_sent
-            terminate_waiting_backends(url, store.application_name)
-            with pytest.raises(StorageError, match="may or may not have been applied"):
-                await stuck
-            await eventually(lambda: waiting_on_a_lock(url, store.application_name), what="group")
-            terminate_waiting_backends(url, store.application_name)
-            outcomes = await group
-            other.execute("ROLLBACK")
-        assert store._writes.groups_sent == sent_before + 1
-        assert len(outcomes) == 3
-        for outcome in outcomes:
-            assert isinstance(outcome, StorageError), outcome
-            assert "may or may not have been applied" in str(outcome)
-        assert await store.scan("k") == []
-        await store.batch([Put(key="after", value=b"")])  # the adapter carries on
-    finally:
-        await store.close()
+    url, store = pg[0], one_slot
+    with admin(url) as other:
+        stuck = await queue_behind_a_locked_write(url, store, other)
+        # Queued behind the stuck batch, then sent as one group that waits on the
+        # same lock, so the second kill hits all three at once.
+        group = asyncio.gather(
+            *(
+                store.batch([Put(key=f"k{i}", value=b""), Put(key="gate", value=b"")])
+                for i in range(3)
+            ),
+            return_exceptions=True,
+        )
+        await asyncio.sleep(0.05)
+        sent_before = store._writes.groups_sent
+        terminate_waiting_backends(url, store.application_name)
+        with pytest.raises(StorageError, match="may or may not have been applied"):
+            await stuck
+        await eventually(lambda: waiting_on_a_lock(url, store.application_name), what="group")
+        terminate_waiting_backends(url, store.application_name)
+        outcomes = await group
+        other.execute("ROLLBACK")
+    assert store._writes.groups_sent == sent_before + 1
+    assert len(outcomes) == 3
+    for outcome in outcomes:
+        assert isinstance(outcome, StorageError), outcome
+        assert "may or may not have been applied" in str(outcome)
+    assert await store.scan("k") == []
+    await store.batch([Put(key="after", value=b"")])  # the adapter carries on
 
 
 async def test_a_caller_cancelled_while_its_batch_is_queued_writes_nothing(
-    pg: tuple[str, str],
+    pg: tuple[str, str], one_slot: PostgresStorage
 ) -> None:
-    url, schema = pg
-    store = PostgresStorage(url, schema=schema, max_inflight_writes=1)
-    try:
-        await store.get("warm-up")
-        with admin(url) as other:
-            stuck = await queue_behind_a_locked_write(url, store, other)
-            dropped = asyncio.ensure_future(store.batch([Put(key="dropped", value=b"")]))
-            kept = asyncio.ensure_future(store.batch([Put(key="kept", value=b"")]))
-            await asyncio.sleep(0.01)
-            dropped.cancel()
-            other.execute("ROLLBACK")
-            await stuck
-            await kept
-        assert dropped.cancelled()
-        assert await store.get("dropped") is None
-        assert await store.get("kept") == b""
-    finally:
-        await store.close()
+    url, store = pg[0], one_slot
+    with admin(url) as other:
+        stuck = await queue_behind_a_locked_write(url, store, other)
+        dropped = asyncio.ensure_future(store.batch([Put(key="dropped", value=b"")]))
+        kept = asyncio.ensure_future(store.batch([Put(key="kept", value=b"")]))
+        await asyncio.sleep(0.01)
+        dropped.cancel()
+        other.execute("ROLLBACK")
+        await stuck
+        await kept
+    assert dropped.cancelled()
+    assert await store.get("dropped") is None
+    assert await store.get("kept") == b""
 
 
 def test_max_inflight_writes_must_fit_the_pool() -> None:
