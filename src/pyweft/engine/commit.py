@@ -10,10 +10,13 @@ an ordinary lost race.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
-from pyweft.storage.base import Expect, Op, Storage
+from pyweft.storage.base import Expect, Op, Put, Storage
+
+log = logging.getLogger("pyweft.commit")
 
 
 class Fence(Protocol):
@@ -28,14 +31,24 @@ class Fence(Protocol):
         ...
 
 
-class Committer:
-    """Applies atomic batches for the engine, adding ownership fence conditions."""
+WAKE_TOPIC = "wake"
+"""The notification topic a write of a wake-up marker is announced on (see wakeups)."""
 
-    __slots__ = ("_storage", "fence")
+
+class Committer:
+    """Applies atomic batches for the engine, adding ownership fence conditions.
+
+    On a store that can notify other processes, a committed batch that leaves a
+    wake-up marker (``wake:``) is announced, so the engine driving that run looks
+    at once instead of at its next poll.
+    """
+
+    __slots__ = ("_notify", "_storage", "fence")
 
     def __init__(self, storage: Storage, fence: Fence | None = None) -> None:
         self._storage = storage
         self.fence = fence
+        self._notify: Callable[[str], Awaitable[None]] | None = getattr(storage, "notify", None)
 
     async def commit(
         self,
@@ -58,8 +71,18 @@ class Committer:
             conditions = [*conditions, *fence.conditions(workflow_id)]
         if not conditions:
             await self._storage.batch(ops)
-            return True
-        ok = await self._storage.conditional_batch(conditions, ops)
-        if not ok and fence is not None:
-            await fence.disambiguate(workflow_id)
+            ok = True
+        else:
+            ok = await self._storage.conditional_batch(conditions, ops)
+            if not ok and fence is not None:
+                await fence.disambiguate(workflow_id)
+        if ok and self._notify is not None and _leaves_wake_marker(ops):
+            try:
+                await self._notify(WAKE_TOPIC)
+            except Exception as exc:  # the marker is stored: the next poll finds it anyway
+                log.warning("could not announce a wake-up (%s); the owner will poll for it", exc)
         return ok
+
+
+def _leaves_wake_marker(ops: Sequence[Op]) -> bool:
+    return any(isinstance(op, Put) and op.key.startswith("wake:") for op in ops)

@@ -320,7 +320,7 @@ class Engine:
             await self.shutdown()
             raise
         self._sweeper.start()
-        self._wakeups.start()
+        await self._wakeups.start()
         if core.claims is not None:
             self._arm_claims()
         if self._detector is not None:

@@ -2,21 +2,25 @@
 
 A signal, update, query, review decision, cancel or suspend written by a
 process that does not drive the run also writes ``wake:{id}`` in the same
-batch. Every
-engine scans ``wake:`` once per poll interval and, for runs it drives, reloads
-what changed, wakes the run, and deletes the marker. One scan serves every
-run, however many are parked.
+batch. Every engine scans ``wake:`` once per poll interval and, for runs it
+drives, reloads what changed, wakes the run, and deletes the marker. One scan
+serves every run, however many are parked. On a store that can notify
+(PostgreSQL's LISTEN/NOTIFY, or memory within one process) the writer also
+announces the marker and every engine scans at once; the interval then only
+covers notifications lost to a dropped connection.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 from pyweft.engine import keys, records, run_queries
+from pyweft.engine.commit import WAKE_TOPIC
 from pyweft.engine.core import EngineCore
 from pyweft.engine.run import Run
-from pyweft.storage.base import Delete, Expect
+from pyweft.storage.base import Delete, Expect, Unlisten
 
 log = logging.getLogger("pyweft.wakeups")
 
@@ -32,8 +36,16 @@ class WakeupPoller:
         # drives (e.g. resumed from the CLI) is ours to pick up.
         self._adopt_orphans = adopt_orphans
         self._task: asyncio.Task[None] | None = None
+        self._kick = asyncio.Event()
+        self._unlisten: Unlisten | None = None
 
-    def start(self) -> None:
+    async def start(self) -> None:
+        listen = getattr(self._core.storage, "listen", None)
+        if listen is not None:
+            try:
+                self._unlisten = await listen(WAKE_TOPIC, self._kick.set)
+            except Exception as exc:
+                log.warning("wake-up notifications unavailable (%s); polling only", exc)
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="pyweft-wakeups")
 
     async def stop(self) -> None:
@@ -41,10 +53,16 @@ class WakeupPoller:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+        unlisten, self._unlisten = self._unlisten, None
+        if unlisten is not None:
+            await unlisten()
 
     async def _loop(self) -> None:
         while True:
-            await asyncio.sleep(self._core.poll_interval)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._core.poll_interval):
+                    await self._kick.wait()
+            self._kick.clear()
             try:
                 await self.poll()
             except Exception:

@@ -8,7 +8,7 @@ opaque ``bytes`` that adapters never inspect.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
@@ -111,6 +111,29 @@ class CountingStorage(Storage, Protocol):
     """
 
     async def count(self, prefix: str) -> int: ...
+
+
+Unlisten = Callable[[], Awaitable[None]]
+
+
+class NotifyingStorage(Storage, Protocol):
+    """Optional extension: let every process sharing the store know that something changed.
+
+    ``notify(topic)`` reaches each ``listen(topic, callback)`` on the same store,
+    in this process or another, after the caller's earlier writes committed.
+    Best effort: a notification can be lost (a dropped connection), so a
+    listener must also look for itself now and then; a listener whose
+    connection was restored is called once, since it may have missed some.
+    ``callback`` runs on the event loop that called ``listen`` and must not
+    block. The engine uses it to deliver cross-process signals, updates and
+    queries at once instead of at its next poll.
+    """
+
+    async def notify(self, topic: str) -> None: ...
+
+    async def listen(self, topic: str, callback: Callable[[], None]) -> Unlisten:
+        """Call ``callback`` on each notification of ``topic``; await the result to stop."""
+        ...
 
 
 def prefix_end(prefix: str) -> str | None:

@@ -8,11 +8,20 @@ never a silent default: nothing survives ``close()`` or the process.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from bisect import bisect_left, insort
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pyweft.errors import StorageClosedError
-from pyweft.storage.base import Delete, Expect, Op, Put, StorageCapabilities, prefix_end
+from pyweft.storage.base import (
+    Delete,
+    Expect,
+    Op,
+    Put,
+    StorageCapabilities,
+    Unlisten,
+    prefix_end,
+)
 
 _CAPABILITIES = StorageCapabilities(persistence="ephemeral", durable_commit=False)
 
@@ -30,6 +39,7 @@ class MemoryStorage:
     def __init__(self) -> None:
         self._keys: list[str] = []
         self._values: dict[str, bytes] = {}
+        self._listeners: dict[str, list[Callable[[], None]]] = {}
         self._closed = False
 
     @property
@@ -95,10 +105,28 @@ class MemoryStorage:
         self._apply(ops)
         return True
 
+    async def notify(self, topic: str) -> None:
+        """Call every listener of ``topic`` (soon, on the loop, never inside this call)."""
+        await self._enter()
+        loop = asyncio.get_running_loop()
+        for callback in self._listeners.get(topic, ()):
+            loop.call_soon(callback)
+
+    async def listen(self, topic: str, callback: Callable[[], None]) -> Unlisten:
+        self._raise_if_closed()
+        self._listeners.setdefault(topic, []).append(callback)
+
+        async def unlisten() -> None:
+            with contextlib.suppress(ValueError):
+                self._listeners.get(topic, []).remove(callback)
+
+        return unlisten
+
     async def close(self) -> None:
         self._closed = True
         self._keys = []
         self._values = {}
+        self._listeners = {}
 
     async def _enter(self) -> None:
         # Checked both before and after the yield: close() may run in between.

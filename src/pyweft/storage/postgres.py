@@ -1,15 +1,15 @@
 """PostgreSQL store: one ``kv`` table, psycopg 3 (async) behind a connection pool.
 
 Compare-and-swap under concurrency. Every write (``batch`` and
-``conditional_batch`` alike) goes through the PL/pgSQL function
-``{schema}.pyweft_write_v2`` in one autocommitted statement: one round trip,
-one transaction. Writes submitted while others are in flight are sent
-together, several batches to a statement (group commit, see
-:mod:`pyweft.storage.grouping`); a lone writer's batch goes at once. The
-function takes an exclusive transaction-level advisory lock for every key the
-group reads or writes, in sorted order, then for each batch in turn compares
-the condition keys' stored bytes and applies the batch's ops only if all of
-them hold, so a failed condition leaves the other batches unaffected.
+``conditional_batch`` alike) is one autocommitted statement calling a
+PL/pgSQL function: one round trip, one transaction. A lone batch goes at once
+through ``{schema}.pyweft_write_v1``; batches submitted while others are in
+flight are sent together through ``{schema}.pyweft_write_group_v1`` (group
+commit, see :mod:`pyweft.storage.grouping`). The function takes an exclusive
+transaction-level advisory lock for every key the group reads or writes, in
+sorted order, then for each batch in turn compares the condition keys' stored
+bytes and applies the batch's ops only if all of them hold, so a failed
+condition leaves the other batches unaffected.
 This is correct even for keys expected to be *absent*, which no row lock can
 protect: the lock id is a hash of (schema, key), so any two writers of a key
 serialise on its lock, held until commit (strict two-phase locking on keys).
@@ -40,7 +40,7 @@ import random
 import re
 import select
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 import psycopg
@@ -51,7 +51,16 @@ from psycopg.pq import Format
 from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
 from pyweft.errors import ConfigurationError, StorageClosedError, StorageError
-from pyweft.storage.base import Delete, Expect, Op, Put, StorageCapabilities, prefix_end
+from pyweft.storage import pg_listen
+from pyweft.storage.base import (
+    Delete,
+    Expect,
+    Op,
+    Put,
+    StorageCapabilities,
+    Unlisten,
+    prefix_end,
+)
 from pyweft.storage.grouping import Coalescer
 
 Conn = psycopg.AsyncConnection[Any]
@@ -153,6 +162,7 @@ _SQL_WRITE_GROUP = (
     "SELECT {group_fn}(%s::int8[], %s::int4[], %s::text[], %s::bytea[], %s::int4[], %s::text[], "
     "%s::int4[], %s::text[], %s::bytea[])"
 )
+_SQL_NOTIFY = b"SELECT pg_notify(%s, '')"
 _SQL_GET = "SELECT value FROM {kv} WHERE key = %s"
 _SQL_GET_MANY = "SELECT key, value FROM {kv} WHERE key = ANY(%s::text[])"
 # Formatted with the lower bound's operator, an upper bound and the order. LIMIT NULL: all.
@@ -245,6 +255,7 @@ class PostgresStorage:
         self._reads = Coalescer(
             self._send_gets, max_inflight=min(4, max_connections), max_group=256
         )
+        self._listeners: set[pg_listen.Listener] = set()
         self._pool: AsyncConnectionPool[Conn] | None = None
         self._open_lock = asyncio.Lock()
         self._closed = False
@@ -315,9 +326,35 @@ class PostgresStorage:
     async def conditional_batch(self, conditions: Sequence[Expect], ops: Sequence[Op]) -> bool:
         return await self._write(conditions, ops)
 
+    async def notify(self, topic: str) -> None:
+        """Wake every ``listen(topic, ...)`` on this schema, in any process (best effort)."""
+        channel = pg_listen.channel_name(self._schema, topic)
+        await self._execute("notify", _SQL_NOTIFY, (channel,), idempotent=True)
+
+    async def listen(self, topic: str, callback: Callable[[], None]) -> Unlisten:
+        """Call ``callback`` for each ``notify(topic)``; over a connection of its own."""
+        self._raise_if_closed()
+        channel = pg_listen.channel_name(self._schema, topic)
+        listener = pg_listen.Listener(
+            self._conninfo, self._connect_kwargs, channel, callback, self._where
+        )
+        try:
+            await listener.start()
+        except psycopg.Error as exc:
+            raise self._error(exc, "connect") from exc
+        self._listeners.add(listener)
+
+        async def unlisten() -> None:
+            self._listeners.discard(listener)
+            await listener.stop()
+
+        return unlisten
+
     async def close(self) -> None:
         """Close the pool. Idempotent; statements already running finish first."""
         self._closed = True
+        listeners, self._listeners = self._listeners, set()
+        await asyncio.gather(*(listener.stop() for listener in listeners))
         async with self._open_lock:
             pool, self._pool = self._pool, None
         if pool is not None:
