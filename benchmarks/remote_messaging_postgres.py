@@ -40,6 +40,7 @@ async def echo(ctx: WorkflowContext, n: int) -> int:
     ctx.on_query("last", lambda: seen["last"])
     for _ in range(n):
         seen["last"] = await ctx.run(ack, await ctx.wait_for_signal("ping"))
+    await ctx.wait_for_signal("stop")  # stays live for the last query
     return n
 
 
@@ -79,6 +80,7 @@ async def measure(base: str, schema: str, samples: int, notify: bool) -> None:
             t0 = time.perf_counter()
             assert await sender.query(wid, "last", timeout=10) == i
             query_ms.append((time.perf_counter() - t0) * 1000)
+        await sender.signal(wid, "stop")
         mode = "notifications" if notify else "polling only "
         for name, values in (("signal -> step committed", signal_ms), ("query", query_ms)):
             print(
