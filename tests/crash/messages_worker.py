@@ -50,7 +50,7 @@ from pyweft import (
     activity,
     workflow,
 )
-from pyweft.storage import Delete, Expect, Put, StorageCapabilities
+from pyweft.storage import Delete, Expect, Put, Storage, StorageCapabilities, open_storage
 from support import crashkit_messages as kitm
 
 _ledger: kitm.MessageLedger | None = None
@@ -65,14 +65,14 @@ def ledger() -> kitm.MessageLedger:
 
 
 class KillSwitchStorage:
-    """A real :class:`SQLiteStorage` that SIGKILLs its own process at one chosen batch.
+    """A real store (SQLite or PostgreSQL) that SIGKILLs its own process at one chosen batch.
 
     Nothing in the engine is patched: the engine gets this object as its
     storage and every call is delegated unchanged; only the moment of death
     is chosen, right before or right after the matching batch is committed.
     """
 
-    def __init__(self, inner: SQLiteStorage, trigger: str | None) -> None:
+    def __init__(self, inner: Storage, trigger: str | None) -> None:
         self._inner = inner
         self._when: str | None = None
         if trigger is not None:
@@ -249,7 +249,8 @@ async def cart_caller(
 async def serve(args: argparse.Namespace) -> int:
     global _ledger
     _ledger = kitm.MessageLedger(args.ledger, args.lifetime)
-    storage = KillSwitchStorage(SQLiteStorage(args.db), args.trigger)
+    inner = open_storage(args.db) if "://" in args.db else SQLiteStorage(args.db)
+    storage = KillSwitchStorage(inner, args.trigger)
     runs = args.runs.split(",")
     try:
         async with Engine(
@@ -279,7 +280,8 @@ async def serve(args: argparse.Namespace) -> int:
 async def send(args: argparse.Namespace) -> int:
     global _ledger
     _ledger = kitm.MessageLedger(args.ledger, args.lifetime)
-    async with Engine(f"sqlite:///{args.db}", recover=False, poll_interval=0.05) as engine:
+    store = args.db if "://" in args.db else f"sqlite:///{args.db}"
+    async with Engine(store, recover=False, poll_interval=0.05) as engine:
 
         async def one(i: int) -> None:
             payload = f"{args.lifetime}-{i}"

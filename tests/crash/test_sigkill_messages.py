@@ -1,13 +1,14 @@
 """SIGKILL around messages: a signal, update, review decision or cancel that was
 acknowledged survives, and is acted on exactly once.
 
-A worker process (``messages_worker.py serve``) drives the runs on one SQLite
-file with ``poll_interval=0.05``. Messages come from other processes: the test
-process itself (an ``Engine(recover=False)`` on the same file) or sender
+A worker process (``messages_worker.py serve``) drives the runs on one store
+(every test runs twice: on an SQLite file and on a fresh PostgreSQL schema)
+with ``poll_interval=0.05``. Messages come from other processes: the test
+process itself (an ``Engine(recover=False)`` on the same store) or sender
 processes (``messages_worker.py send``), so the only way a message reaches the
 workflow is through the store. The worker is SIGKILLed either at seeded random
 moments or at one exact commit: its storage is a ``KillSwitchStorage`` wrapping
-a real ``SQLiteStorage`` that kills its own process right before (or right
+the real store that kills its own process right before (or right
 after) the batch that consumes the signal / applies the update / records the
 review decision. Nothing in ``src/`` is patched.
 
@@ -22,7 +23,7 @@ import random
 import signal
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -31,6 +32,7 @@ import pytest
 from pyweft import Engine, HistoryEvent, StepInfo, WorkflowTerminalError
 from support import crashkit as kit
 from support import crashkit_messages as kitm
+from support.backends import postgres_schema, with_schema
 from support.poll import eventually
 
 _CHOSEN_SEEDS = os.environ.get("PYWEFT_CRASH_SEEDS", "")
@@ -41,10 +43,21 @@ FINAL_TIMEOUT_S = 60.0
 SIGKILLED = -signal.SIGKILL
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path | str]:
+    """Where the processes meet: an SQLite file, or a fresh PostgreSQL schema."""
+    if request.param == "sqlite":
+        yield tmp_path / "pyweft.db"
+    else:
+        with postgres_schema() as (url, schema):
+            yield with_schema(url, schema)
+
+
 @asynccontextmanager
-async def _engine(db: Path) -> AsyncIterator[Engine]:
+async def _engine(db: Path | str) -> AsyncIterator[Engine]:
     """The test's own engine on the worker's file: it sends and inspects, never drives."""
-    async with Engine(f"sqlite:///{db}", recover=False, poll_interval=kitm.POLL_S) as engine:
+    url = db if isinstance(db, str) else f"sqlite:///{db}"
+    async with Engine(url, recover=False, poll_interval=kitm.POLL_S) as engine:
         yield engine
 
 
@@ -118,7 +131,7 @@ async def _kill_and_restart(
 
 @pytest.mark.parametrize("seed", SEEDS)
 async def test_every_acknowledged_signal_is_consumed_exactly_once_across_sigkills(
-    tmp_path: Path, seed: int
+    tmp_path: Path, store: Path | str, seed: int
 ) -> None:
     """One sender per run (the test process) signals three runs continuously while the
     worker is SIGKILLed 6 times at seeded random moments and restarted; then ``stop``.
@@ -131,7 +144,7 @@ async def test_every_acknowledged_signal_is_consumed_exactly_once_across_sigkill
     one; the final worker exits 0 and no worker logged an error.
     """
     where = f"seed {seed} (rerun with PYWEFT_CRASH_SEEDS={seed})"
-    db, ledger = tmp_path / "pyweft.db", tmp_path / "ledger.txt"
+    db, ledger = store, tmp_path / "ledger.txt"
     runs = ["inbox-0", "inbox-1", "inbox-2"]
     rng = random.Random(seed)
 
@@ -197,7 +210,7 @@ async def test_every_acknowledged_signal_is_consumed_exactly_once_across_sigkill
 
 @pytest.mark.parametrize("moment", ["before", "after"])
 async def test_signal_consumed_at_a_sigkilled_commit_is_delivered_exactly_once(
-    tmp_path: Path, moment: str
+    tmp_path: Path, store: Path | str, moment: str
 ) -> None:
     """The worker kills itself at the batch deleting the buffered signal (its consume
     commit): ``before`` SQLite applies it, or right ``after``.
@@ -207,7 +220,7 @@ async def test_signal_consumed_at_a_sigkilled_commit_is_delivered_exactly_once(
     not the signal; after restart it is replayed, not consumed again. Either way the run
     returns ``["first", "second"]`` and its journal has exactly one step per signal.
     """
-    db, ledger = tmp_path / "pyweft.db", tmp_path / "ledger.txt"
+    db, ledger = store, tmp_path / "ledger.txt"
     run = "pick"
     armed = kitm.launch(
         tmp_path,
@@ -277,7 +290,7 @@ def _applied(events: list[HistoryEvent], name: str) -> int:
 @pytest.mark.parametrize("caller", ["in-worker", "test-process"])
 @pytest.mark.parametrize("seed", SEEDS)
 async def test_every_acknowledged_update_is_applied_exactly_once_across_sigkills(
-    tmp_path: Path, seed: int, caller: str
+    tmp_path: Path, store: Path | str, seed: int, caller: str
 ) -> None:
     """A caller sends ``add`` updates (200 per run from the worker, 70 from the test
     process, whose answers arrive by polling) one at a time, each with its own
@@ -297,7 +310,7 @@ async def test_every_acknowledged_update_is_applied_exactly_once_across_sigkills
     an error.
     """
     where = f"seed {seed}, caller {caller} (rerun with PYWEFT_CRASH_SEEDS={seed})"
-    db, ledger = tmp_path / "pyweft.db", tmp_path / "ledger.txt"
+    db, ledger = store, tmp_path / "ledger.txt"
     runs = ["cart-0", "cart-1"]
     rng = random.Random(seed)
     in_worker = caller == "in-worker"
@@ -378,7 +391,7 @@ async def test_every_acknowledged_update_is_applied_exactly_once_across_sigkills
 
 @pytest.mark.parametrize("moment", ["before", "after"])
 async def test_update_sigkilled_at_its_apply_commit_is_applied_exactly_once(
-    tmp_path: Path, moment: str
+    tmp_path: Path, store: Path | str, moment: str
 ) -> None:
     """The worker's caller sends ``add p000`` (idempotency key ``cart-k/000``); the worker
     kills itself at the batch that records the handler's application (a ``wf:...:u:``
@@ -391,7 +404,7 @@ async def test_update_sigkilled_at_its_apply_commit_is_applied_exactly_once(
     recovers the run and its caller retries the key too. Asserted: all three get the
     one answer ``1|p000``; the run ends with ``["p000"]`` and one ``add`` application.
     """
-    db, ledger = tmp_path / "pyweft.db", tmp_path / "ledger.txt"
+    db, ledger = store, tmp_path / "ledger.txt"
     run, key = "cart-k", "cart-k/000"
     armed = kitm.launch(
         tmp_path,
@@ -455,7 +468,7 @@ async def test_update_sigkilled_at_its_apply_commit_is_applied_exactly_once(
 
 @pytest.mark.parametrize("moment", ["before", "after", "worker-down"])
 async def test_review_decision_survives_a_sigkill_before_the_workflow_records_it(
-    tmp_path: Path, moment: str
+    tmp_path: Path, store: Path | str, moment: str
 ) -> None:
     """``submit_review`` returns (from the test process); then the worker dies: at the
     batch that records the decision as the run's step 1 (``before`` / ``after`` SQLite
@@ -465,7 +478,7 @@ async def test_review_decision_survives_a_sigkill_before_the_workflow_records_it
     feedback included); ``list_reviews(status=None)`` shows exactly one review for the run,
     decided as submitted: the restart did not ask again.
     """
-    db, ledger = tmp_path / "pyweft.db", tmp_path / "ledger.txt"
+    db, ledger = store, tmp_path / "ledger.txt"
     run = "rev-0"
     trigger = None if moment == "worker-down" else f"{moment}:put:^wf:rev-0:j:0000000001$"
     armed = kitm.launch(
@@ -526,7 +539,7 @@ async def test_review_decision_survives_a_sigkill_before_the_workflow_records_it
 
 @pytest.mark.parametrize("moment", ["worker-down", "worker-running", "at-delivery"])
 async def test_acknowledged_cancel_survives_sigkill_and_restart(
-    tmp_path: Path, moment: str
+    tmp_path: Path, store: Path | str, moment: str
 ) -> None:
     """A run parked on ``wait_for_signal``; the test process cancels it with its own
     ``Engine(recover=False)``: while the worker is down; while it runs (SIGKILL right after
@@ -538,7 +551,7 @@ async def test_acknowledged_cancel_survives_sigkill_and_restart(
     ``WorkflowCancelledError``, a later signal is refused with ``WorkflowTerminalError``,
     and no step was recorded.
     """
-    db, ledger = tmp_path / "pyweft.db", tmp_path / "ledger.txt"
+    db, ledger = store, tmp_path / "ledger.txt"
     run = "parked-0"
     trigger = "before:put:^ix:s:cancelled:" if moment == "at-delivery" else None
     first = kitm.launch(
@@ -575,13 +588,15 @@ async def test_acknowledged_cancel_survives_sigkill_and_restart(
     assert kitm.log_problems([first, healed]) == []
 
 
-async def test_cancel_from_another_process_stops_the_running_workflow(tmp_path: Path) -> None:
+async def test_cancel_from_another_process_stops_the_running_workflow(
+    tmp_path: Path, store: Path | str
+) -> None:
     """A worker runs 200 short activities (BEGIN/END in the ledger); the test process
     cancels the run. Asserted: the run ends ``cancelled`` without a kill, and no activity
     begins and no step commits later than 0.5 s (10 poll intervals) after ``cancel``
     returned. (Before commit 216d0b1 the worker never noticed: it ran every activity.)
     """
-    db, ledger = tmp_path / "pyweft.db", tmp_path / "ledger.txt"
+    db, ledger = store, tmp_path / "ledger.txt"
     run = "loop-0"
     worker = kitm.launch(tmp_path, db, ledger, "w", workflow="looper", runs=[run])
     try:
@@ -629,7 +644,7 @@ def _overlapping_senders(ledger: Path) -> int:
 
 
 def _run_senders(
-    tmp: Path, db: Path, ledger: Path, kind: str, run: str, name: str, key: str
+    tmp: Path, db: Path | str, ledger: Path, kind: str, run: str, name: str, key: str
 ) -> list[kit.WorkerProcess]:
     at = time.time() + 1.5  # every sender has imported pyweft and opened its engine by then
     return [
@@ -649,14 +664,16 @@ def _run_senders(
     ]
 
 
-async def test_twenty_concurrent_senders_of_one_signal_id_deliver_it_once(tmp_path: Path) -> None:
+async def test_twenty_concurrent_senders_of_one_signal_id_deliver_it_once(
+    tmp_path: Path, store: Path | str
+) -> None:
     """4 sender processes x 5 coroutines send ``item`` with the same ``signal_id`` at the
     same instant to a run the worker drives, then the test sends ``stop``.
 
     Asserted: all 20 calls return; the workflow observed exactly one of the 20 payloads,
     once; one acceptance marker exists; the windows of the sender processes overlapped.
     """
-    db, ledger = tmp_path / "pyweft.db", tmp_path / "ledger.txt"
+    db, ledger = store, tmp_path / "ledger.txt"
     run = "dedupe-sig"
     worker = kitm.launch(tmp_path, db, ledger, "w", workflow="inbox", runs=[run])
     senders: list[kit.WorkerProcess] = []
@@ -683,7 +700,7 @@ async def test_twenty_concurrent_senders_of_one_signal_id_deliver_it_once(tmp_pa
 
 
 async def test_twenty_concurrent_update_callers_with_one_key_get_one_answer(
-    tmp_path: Path,
+    tmp_path: Path, store: Path | str
 ) -> None:
     """4 sender processes x 5 coroutines call ``update("add", own payload)`` with one
     idempotency key at the same instant, while the worker drives the run (a call is resent
@@ -692,7 +709,7 @@ async def test_twenty_concurrent_update_callers_with_one_key_get_one_answer(
     Asserted: all 20 calls return the same answer ``1|<one payload>``; the handler was
     applied once (one ``add`` application; the run returns that one payload).
     """
-    db, ledger = tmp_path / "pyweft.db", tmp_path / "ledger.txt"
+    db, ledger = store, tmp_path / "ledger.txt"
     run = "dedupe-upd"
     worker = kitm.launch(tmp_path, db, ledger, "w", workflow="cart", runs=[run])
     senders: list[kit.WorkerProcess] = []
@@ -720,13 +737,13 @@ async def test_twenty_concurrent_update_callers_with_one_key_get_one_answer(
 
 
 async def test_update_from_another_process_is_applied_by_the_running_worker(
-    tmp_path: Path,
+    tmp_path: Path, store: Path | str
 ) -> None:
     """The test process updates a run a live worker drives. Asserted: the answer comes
     within 3 s (60 poll intervals) and the run's result includes the update once. (Before
     commit 216d0b1 a running worker never applied it: the caller got ``UpdateTimeoutError``
     and the run could finish with the request still queued.)"""
-    db, ledger = tmp_path / "pyweft.db", tmp_path / "ledger.txt"
+    db, ledger = store, tmp_path / "ledger.txt"
     run = "cart-x"
     worker = kitm.launch(tmp_path, db, ledger, "w", workflow="cart", runs=[run])
     try:

@@ -56,7 +56,7 @@ def notes(ledger: Path, kind: str, lifetime: str | None = None) -> list[kit.Even
 
 def launch(
     tmp: Path,
-    db: Path,
+    db: Path | str,
     ledger: Path,
     lifetime: str,
     *,
@@ -79,7 +79,7 @@ def launch(
 
 def launch_sender(
     tmp: Path,
-    db: Path,
+    db: Path | str,
     ledger: Path,
     lifetime: str,
     *,
