@@ -76,12 +76,18 @@ class Committer:
             ok = await self._storage.conditional_batch(conditions, ops)
             if not ok and fence is not None:
                 await fence.disambiguate(workflow_id)
-        if ok and self._notify is not None and _leaves_wake_marker(ops):
-            try:
-                await self._notify(WAKE_TOPIC)
-            except Exception as exc:  # the marker is stored: the next poll finds it anyway
-                log.warning("could not announce a wake-up (%s); the owner will poll for it", exc)
+        if ok and _leaves_wake_marker(ops):
+            await self.announce()
         return ok
+
+    async def announce(self) -> None:
+        """Tell every engine on the store to look now (if the store can notify)."""
+        if self._notify is None:
+            return
+        try:
+            await self._notify(WAKE_TOPIC)
+        except Exception as exc:  # what was written is stored: the next poll finds it anyway
+            log.warning("could not announce a change (%s); other engines will poll for it", exc)
 
 
 def _leaves_wake_marker(ops: Sequence[Op]) -> bool:

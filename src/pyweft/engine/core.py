@@ -65,6 +65,17 @@ class EngineCore:
         self.services: RunServices | None = None
         self.state: Literal["new", "open", "closed"] = "new"
         self.claims: ClaimRegistry | None = None  # ownership="workflow-lease" only
+        self._store_news = asyncio.Event()
+
+    # --- notifications from the store -------------------------------------------------
+
+    def store_news(self) -> asyncio.Event:
+        """Set at the next notification from the store (see wakeups); take it before looking."""
+        return self._store_news
+
+    def heard_from_store(self) -> None:
+        news, self._store_news = self._store_news, asyncio.Event()
+        news.set()
 
     # --- guards and lookups -----------------------------------------------------------
 

@@ -6,9 +6,10 @@ written. Otherwise the question goes through the store: the asker writes
 drives the run sees the marker on its next wake-up scan (within its
 ``poll_interval``), calls the handler and writes the answer to
 ``qrs:{id}:{query_id}`` in the same batch that deletes the request; the asker
-reads the answer and deletes it. An asker that gives up deletes its request,
-so an answer nobody waits for is only written when the asker died meanwhile
-(purge removes those with the run).
+reads the answer and deletes it. Where the store can notify, the question
+and the answer are both announced, so nobody waits for a poll. An asker that
+gives up deletes its request, so an answer nobody waits for is only written
+when the asker died meanwhile (purge removes those with the run).
 
 The handler's own exception reaches the asker as it is when the run is driven
 here, and as :class:`QueryFailedError` (its type name and message) when it was
@@ -18,6 +19,7 @@ raised in another process.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from typing import Any
@@ -100,6 +102,7 @@ async def _ask_owner(
     deadline = loop.time() + timeout_s
     delay = 0.005
     while True:
+        news = core.store_news()  # taken before looking, so no notice in between is missed
         raw = await core.storage.get(answer_key)
         if raw is not None:
             await core.committer.commit([Delete(key=answer_key)])
@@ -107,7 +110,9 @@ async def _ask_owner(
         remaining = deadline - loop.time()
         if remaining <= 0:
             break
-        await asyncio.sleep(min(delay, remaining))
+        with contextlib.suppress(TimeoutError):  # the owner announces its answer, if it can
+            async with asyncio.timeout(min(delay, remaining)):
+                await news.wait()
         delay = min(delay * 2, _MAX_DELAY)
     # Nobody answered in time: take the question back (unless it was answered meanwhile).
     taken_back = await core.committer.commit(
@@ -162,6 +167,8 @@ async def answer_pending(core: EngineCore, run: Run) -> int:
         ]
         if await core.committer.commit(ops, [Expect(key=key, value=raw)], workflow_id=run.id):
             answered += 1
+    if answered:
+        await core.committer.announce()  # the askers are waiting for it
     return answered
 
 

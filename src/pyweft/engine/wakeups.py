@@ -43,10 +43,14 @@ class WakeupPoller:
         listen = getattr(self._core.storage, "listen", None)
         if listen is not None:
             try:
-                self._unlisten = await listen(WAKE_TOPIC, self._kick.set)
+                self._unlisten = await listen(WAKE_TOPIC, self._heard)
             except Exception as exc:
                 log.warning("wake-up notifications unavailable (%s); polling only", exc)
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="pyweft-wakeups")
+
+    def _heard(self) -> None:
+        self._kick.set()
+        self._core.heard_from_store()  # e.g. a query waiting for its answer looks again
 
     async def stop(self) -> None:
         if self._task is not None:
