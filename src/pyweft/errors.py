@@ -331,6 +331,38 @@ class EngineClosedError(PyweftError, RuntimeError):
     """The engine is not running (not entered yet, or already shut down)."""
 
 
+class StoreInUseError(PyweftError):
+    """Another engine already drives this store with ``ownership="none"``.
+
+    Two engines driving one store without an ownership mode would run the
+    same steps twice, so the second one refuses to open. ``holder`` describes
+    the engine that has it (pid, host, since when), when known.
+    """
+
+    def __init__(self, message: str, *, holder: str | None = None) -> None:
+        super().__init__(message)
+        self.holder = holder
+
+
+class RunTornDown(BaseException):
+    """The engine stopped driving this run; raised into workflow code at once.
+
+    It derives from ``BaseException`` (like ``asyncio.CancelledError``) so that
+    ``except Exception`` around a step cannot catch it: a storage failure,
+    a lost lease or claim, a suspend or an engine shutdown is the engine's own
+    business, never an outcome the workflow may react to. The run keeps its
+    journal and resumes from it (in this engine once storage recovers, or in
+    whichever engine owns it next). Re-raise it if you catch ``BaseException``.
+    """
+
+    code: ClassVar[str] = "RunTornDown"
+
+    def __init__(self, message: str, *, workflow_id: str, reason: str) -> None:
+        super().__init__(message)
+        self.workflow_id = workflow_id
+        self.reason = reason
+
+
 # --- activities -------------------------------------------------------------------
 
 
@@ -386,6 +418,28 @@ class SchemaVersionError(StorageError):
     """The store was written by a newer pyweft whose schema this version cannot read."""
 
 
+class CorruptRecordError(PyweftError):
+    """A stored record could not be decoded; ``key`` names it.
+
+    Recovery quarantines the run it belongs to and carries on with the others;
+    ``pyweft doctor`` lists every such key.
+    """
+
+    def __init__(self, message: str, *, key: str, workflow_id: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+        self.workflow_id = workflow_id
+
+
+class HistoryLimitError(PyweftError):
+    """A run recorded more steps than its history limit allows; it ends ``failed``."""
+
+    def __init__(self, message: str, *, workflow_id: str, limit: int) -> None:
+        super().__init__(message)
+        self.workflow_id = workflow_id
+        self.limit = limit
+
+
 class LeaseLostWarning(RuntimeWarning):
     """This engine lost the store lease to another engine and stopped itself."""
 
@@ -400,9 +454,11 @@ __all__ = [
     "ActivityTimeoutError",
     "ChildWorkflowError",
     "ConfigurationError",
+    "CorruptRecordError",
     "DefinitionError",
     "EngineClosedError",
     "EngineDeposedError",
+    "HistoryLimitError",
     "IdempotencyKeySpentError",
     "InvalidArgumentError",
     "InvalidDurationError",
@@ -422,11 +478,13 @@ __all__ = [
     "ReviewAlreadyDecidedError",
     "ReviewNotFoundError",
     "ReviewTimeoutError",
+    "RunTornDown",
     "SchemaVersionError",
     "SecondInstanceWarning",
     "StorageCapabilityError",
     "StorageClosedError",
     "StorageError",
+    "StoreInUseError",
     "UpdateFailedError",
     "UpdateNotFoundError",
     "UpdateRejectedError",

@@ -17,7 +17,7 @@ EXPECTED = {
     "open_storage", "__version__", "Escalation", "History", "HistoryEvent", "ReviewDecision",
     "ReviewInfo", "UpdateRequestHandle", "WorkflowEvent", "Saga", "Group", "LeaseHealth",
     "StoreOwnership", "parse_duration", "format_duration",
-    "LeaseLostWarning", "SecondInstanceWarning",
+    "LeaseLostWarning", "SecondInstanceWarning", "RunTornDown",
 }  # fmt: skip
 
 
