@@ -146,3 +146,97 @@ async def test_a_commit_failing_on_a_held_lock_never_reaches_the_workflow(
         {"pay": 1, "ship": 1}
         | ({"refund refused": 1} if wf is checkout_catching_everything else {})
     )
+
+
+gate: asyncio.Event | None = None
+
+
+@activity
+async def pay_when_let(order: str) -> str:
+    ledger["pay"] += 1
+    assert gate is not None
+    await gate.wait()
+    return f"receipt-{order}"
+
+
+@workflow
+async def gated_checkout(ctx: WorkflowContext, order: str) -> str:
+    try:
+        receipt = await ctx.run(pay_when_let, order)
+    except Exception:
+        await ctx.run(refund, order)
+        return "refunded"
+    await ctx.run(ship, order)
+    return receipt
+
+
+async def test_a_deposed_engine_never_runs_the_workflow_s_except_branch() -> None:
+    global gate
+    gate = asyncio.Event()
+    storage = MemoryStorage()
+    clock_a, clock_b = VirtualClock(), VirtualClock()
+    a = Engine(storage, workflows=[gated_checkout], clock=clock_a, ownership="lease")
+    await a.open()
+    await a.start(gated_checkout, "o-1", id="order-1")
+    await eventually(lambda: ledger["pay"] == 1, what="engine A to call pay")
+    clock_b.advance(60)  # engine A is "paused": its lease has expired for B
+    b = Engine(
+        storage, workflows=[gated_checkout], clock=clock_b, ownership="lease", lease_wait_timeout=1
+    )
+    with pytest.warns(Warning):  # A learns it was deposed (LeaseLostWarning)
+        await b.open()
+        await eventually(lambda: ledger["pay"] == 2, what="engine B to resume the run")
+        gate.set()
+        assert await b.get_handle("order-1").result(timeout=5) == "receipt-o-1"
+        await eventually(lambda: not a.is_running_here("order-1"), what="A to drop the run")
+    assert ledger["refund"] == 0 and ledger["ship"] == 1
+    assert a.stats().stranded == 0  # deposed is not transient: A does not retry
+    await b.shutdown()
+    await a.shutdown()
+
+
+@activity
+def cleanup(order: str) -> None:
+    ledger["cleanup"] += 1
+
+
+@workflow
+async def sleeper_with_cleanup(ctx: WorkflowContext, order: str) -> str:
+    try:
+        await ctx.sleep("1h")
+    except asyncio.CancelledError:  # the documented way to react to a user's cancel
+        await ctx.run(cleanup, order)
+        raise
+    finally:
+        ledger["finally"] += 1
+    return "slept"
+
+
+async def test_shutdown_tears_runs_down_without_running_their_cancel_handlers() -> None:
+    storage, clock = MemoryStorage(), VirtualClock()
+    async with Engine(storage, workflows=[sleeper_with_cleanup], clock=clock) as engine:
+        await engine.start(sleeper_with_cleanup, "o-1", id="s-1")
+        await eventually(lambda: engine.is_running_here("s-1"), what="the run to start")
+        await eventually(lambda: clock.pending_timers() > 0, what="the sleep to park")
+    assert ledger["cleanup"] == 0
+    assert ledger["finally"] == 1  # finally blocks may run; they record nothing
+    async with Engine(storage, workflows=[sleeper_with_cleanup], clock=clock) as engine:
+        history = await engine.history("s-1")
+        assert [s.kind for s in history.steps if s.status == "completed"] == []
+        clock.advance(3600)
+        assert await engine.get_handle("s-1").result(timeout=5) == "slept"
+    assert ledger["cleanup"] == 0
+
+
+async def test_a_suspended_run_does_not_run_its_cancel_handler() -> None:
+    storage, clock = MemoryStorage(), VirtualClock()
+    async with Engine(storage, workflows=[sleeper_with_cleanup], clock=clock) as engine:
+        await engine.start(sleeper_with_cleanup, "o-1", id="s-2")
+        await eventually(lambda: clock.pending_timers() > 0, what="the sleep to park")
+        await engine.suspend("s-2")
+        assert (await engine.describe("s-2")).status == "suspended"
+        assert ledger["cleanup"] == 0
+        await engine.resume("s-2")
+        clock.advance(3600)
+        assert await engine.get_handle("s-2").result(timeout=5) == "slept"
+    assert ledger["cleanup"] == 0
