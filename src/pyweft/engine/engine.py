@@ -63,6 +63,7 @@ from pyweft.storage.factory import open_storage
 log = logging.getLogger("pyweft.engine")
 
 DEFAULT_MAX_PAYLOAD_BYTES = 2 * 1024 * 1024
+DEFAULT_MAX_HISTORY_STEPS = 100_000
 _SHUTDOWN_GRACE_S = 5.0  # how long runs may take to finish a commit already under way
 
 
@@ -95,6 +96,7 @@ class Engine:
         clock: Clock | None = None,
         codec: PayloadCodec | None = None,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        max_history_steps: int = DEFAULT_MAX_HISTORY_STEPS,
         activity_threads: int = 32,
         sqlite_synchronous: Literal["FULL", "NORMAL"] = "FULL",
         poll_interval: float = 1.0,
@@ -115,6 +117,11 @@ class Engine:
             raise ConfigurationError(
                 f"max_payload_bytes must be a positive int, got {max_payload_bytes!r}"
             )
+        if type(max_history_steps) is not int or max_history_steps < 1:
+            raise ConfigurationError(
+                f"max_history_steps must be a positive int, got {max_history_steps!r}"
+            )
+        self._max_history_steps = max_history_steps
         if type(activity_threads) is not int or activity_threads < 1:
             raise ConfigurationError(
                 f"activity_threads must be a positive int, got {activity_threads!r}"
@@ -312,6 +319,7 @@ class Engine:
             executor=self._executor,
             activities=core.activities,
             max_payload_bytes=self.max_payload_bytes,
+            max_history_steps=self._max_history_steps,
             events=core.events,
             poll_interval=core.poll_interval,
             children=core,

@@ -30,6 +30,7 @@ EventKind = Literal[
     "failed",
     "cancelled",
     "timed_out",
+    "warning",
 ]
 TERMINAL_KINDS = frozenset({"completed", "failed", "cancelled", "timed_out"})
 

@@ -41,6 +41,7 @@ from pyweft.engine.records import (
 )
 from pyweft.errors import (
     EngineDeposedError,
+    HistoryLimitError,
     LeaseNotHeldError,
     NonDeterminismError,
     PyweftError,
@@ -93,6 +94,8 @@ class RunServices:
     on_update_response: Callable[[UpdateResponse], None] = lambda _: None
     children: ChildHost | None = None
     claims: Any = None  # ClaimRegistry under ownership="workflow-lease"
+    max_history_steps: int = 100_000
+    large_payload_bytes: int = 256 * 1024  # a step result past this is worth a warning
 
 
 Deferred = list[tuple[StepRecord, list[Op], list[Expect]]]
@@ -111,6 +114,15 @@ RACE_PENDINGS: contextvars.ContextVar[tuple[set[int], ...]] = contextvars.Contex
 
 class Superseded(BaseException):
     """Another writer committed this run's step or state: stop without writing."""
+
+
+class RunEnding(BaseException):
+    """The run must end ``failed`` with ``error`` whatever the workflow catches (e.g. it
+    passed its history limit): raised at every ctx call, never catchable as Exception."""
+
+    def __init__(self, error: PyweftError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 # Failures of the engine itself, never outcomes the workflow may react to: a run that
@@ -206,6 +218,19 @@ class Run:
             raise operations.not_in_workflow_task(task.get_name() if task else "(no task)")
         self.check_alive()
         self._next_step += 1
+        limit = self.services.max_history_steps
+        if self._next_step > limit:
+            self.fatal = HistoryLimitError(
+                f"workflow {self.id!r} took more than {limit} steps in one run; a loop that "
+                "never ends would grow its history without bound. Use ctx.continue_as_new "
+                "to start a long-lived loop afresh, or raise max_history_steps.",
+                workflow_id=self.id,
+                limit=limit,
+            )
+        if isinstance(self.fatal, HistoryLimitError):
+            raise RunEnding(self.fatal)
+        if self._next_step == limit * 4 // 5 and not self.replaying:
+            self.warn(f"the run has taken {self._next_step} of its {limit} steps")
         return self._next_step
 
     @property
@@ -529,7 +554,17 @@ class Run:
         payload = self.services.codec.encode(value)
         if len(payload) > self.services.max_payload_bytes:
             raise payload_size_error(len(payload), self.services.max_payload_bytes, what=what)
+        if len(payload) > self.services.large_payload_bytes:
+            self.warn(
+                f"{what} is {len(payload)} bytes; large payloads slow every replay, so "
+                "store big data elsewhere and pass a reference"
+            )
         return payload
+
+    def warn(self, message: str) -> None:
+        """Tell the operator about a run heading for trouble (log and event)."""
+        log.warning("workflow %s: %s", self.id, message)
+        self.emit("warning", message=message)
 
     def emit(self, kind: EventKind, *, step: int | None = None, **data: Any) -> None:
         bus = self.services.events
@@ -657,6 +692,10 @@ class Run:
 
     async def _drive_once(self, make_context: Callable[[Run], Any]) -> None:
         try:
+            limit = self.services.max_history_steps
+            if self.journal and max(self.journal) > limit:  # a run recorded under a higher limit
+                self._next_step = max(self.journal)
+                self.alloc_step()  # raises HistoryLimitError: fails it without replaying
             args = decode_args(self.services.codec, self.state.args, self.definition.param_types)
             value = await self.definition.fn(make_context(self), *args)
             if self.torn_down is not None:
@@ -671,6 +710,10 @@ class Run:
                 self.nondeterminism(step, f"{rec.kind} {rec.name!r}", "nothing (it returned)")
             payload = self.encode_result(value, f"result of workflow {self.id!r}")
             await self.finish("completed", result=payload)
+        except RunEnding as ending:
+            if self.torn_down is not None:
+                raise
+            await self.finish("failed", error=records.error_info(ending.error))
         except asyncio.CancelledError:
             if self.torn_down is not None:
                 raise
