@@ -57,7 +57,14 @@ def main(argv: list[str]) -> int:
     ensure_venv()
     cmd, rest = argv[0], argv[1:]
     if cmd == "demo":
-        return _run(BIN / "pyweft", "demo", *rest)
+        # Hand this process over to the demo (same pid), so that `kill -9 $!` or Ctrl-C
+        # reaches the demo itself rather than a wrapper that would leave it running.
+        demo = [str(BIN / "pyweft"), "demo", *rest]
+        print("+", " ".join(demo), flush=True)
+        if os.name == "nt":  # no real exec there: wait for the child instead
+            return _run(*demo)
+        os.chdir(ROOT)
+        os.execv(demo[0], demo)
     if cmd == "lint":
         rc = _run(PY, "-m", "ruff", "check", "src", "tests", "benchmarks")
         rc |= _run(PY, "-m", "ruff", "format", "--check", "src", "tests", "benchmarks")
