@@ -36,7 +36,7 @@ from pyweft import (
     activity,
     workflow,
 )
-from pyweft.cli import DATABASE_ENV, render, run
+from pyweft.cli import DATABASE_ENV, db_flag, render, run
 
 DEMO_TYPE = "demo.fulfil_order"
 DEFAULT_DB = "pyweft-demo.db"
@@ -330,9 +330,10 @@ async def run_demo(url: str, orders: int, pace: Pace, out: Console) -> bool:
         if not unfinished and all(i in known for i in ids):
             out.print(f"All {len(ids)} demo orders in {escape(str(db))} are already complete:")
             out.print(_results_table({i: await _outcome(engine, i) for i in ids}))
-            out.print("To start over: [bold]pyweft demo --reset[/] (deletes the demo database).")
+            again = escape(f"pyweft demo --reset{_db_flag(url)}")
+            out.print(f"To start over: [bold]{again}[/] (deletes the demo database).")
             return all(known[i].status == "completed" for i in ids)
-        _intro(out, db, len(ids))
+        _intro(out, db, len(ids), _db_flag(url))
         for wid in wanted:
             out.print(f"  {escape(wid)}: {await _progress(engine, known.get(wid))}")
         await engine.recover_all()
@@ -365,7 +366,12 @@ async def _progress(engine: Engine, info: WorkflowInfo | None) -> str:
     return text
 
 
-def _intro(out: Console, db: Path, orders: int) -> None:
+def _db_flag(url: str) -> str:
+    """The ``--db`` a rerun needs: the one the user gave, or nothing for the default file."""
+    return "" if url == DEFAULT_DB else db_flag(url)
+
+
+def _intro(out: Console, db: Path, orders: int, flag: str) -> None:
     pid = os.getpid()
     out.print(f"[bold]pyweft demo[/]: {orders} order(s) on {escape(str(db))} (pid {pid})")
     out.print(
@@ -373,8 +379,9 @@ def _intro(out: Console, db: Path, orders: int) -> None:
         "timer that keeps its deadline across restarts) → ship_order → send_receipt."
     )
     out.print(
-        f"[bold yellow]Press Ctrl-C or kill -9 {pid} at any time, then run `python3 tasks.py "
-        "demo` (or `pyweft demo`) again: completed steps are not repeated and the run "
+        f"[bold yellow]Press Ctrl-C or kill -9 {pid} at any time, then run "
+        f"`{escape(f'python3 tasks.py demo{flag}')}` (or `{escape(f'pyweft demo{flag}')}`) "
+        "again: completed steps are not repeated and the run "
         "resumes where it stopped.[/]"
     )
 
@@ -419,8 +426,9 @@ def demo(
         raise typer.Exit(2) from None
     except KeyboardInterrupt:
         out.print(
-            "\n[yellow]Interrupted.[/] Finished steps are safe in the journal; run `pyweft "
-            "demo` again to resume where it stopped (a step that was in flight runs again)."
+            "\n[yellow]Interrupted.[/] Finished steps are safe in the journal; run "
+            f"`{escape(f'pyweft demo{_db_flag(db)}')}` again to resume where it stopped (a "
+            "step that was in flight runs again)."
         )
         raise typer.Exit(130) from None
     if not ok:
