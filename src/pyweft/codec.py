@@ -301,7 +301,7 @@ def _dec_hook(into: Any, value: Any) -> Any:
             return value
     except TypeError:
         pass
-    if base is not None:
+    if base is not None and isinstance(into, type):  # a class pydantic may know (HttpUrl...)
         try:
             adapter = _type_adapter(into)
         except TypeError:  # an unhashable annotation
