@@ -14,12 +14,15 @@ an ``Order`` back on replay, not a dict.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
+import ipaddress
+import pathlib
 import re
 import sys
 import types
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 import msgspec
@@ -28,8 +31,8 @@ from pyweft.errors import PayloadError
 
 _SUPPORTED = (
     "None, bool, int, float, str, bytes, list, dict, tuple, set, frozenset, datetime, date, "
-    "time, timedelta, UUID, Decimal, enums, dataclasses, NamedTuple, TypedDict, msgspec.Struct "
-    "and pydantic models"
+    "time, timedelta, UUID, Decimal, enums, ipaddress types, paths, dataclasses, NamedTuple, "
+    "TypedDict, msgspec.Struct, pydantic models and any type pydantic can serialize"
 )
 _AT_PATH = re.compile(r" - at `(\$[^`]*)`$")
 _MAX_ARGS_DECODERS = 512
@@ -53,15 +56,29 @@ class PayloadCodec(Protocol):
         ...
 
 
+EncodeType = Callable[[Any], Any]
+DecodeType = Callable[[Any], Any]
+
+
 class DefaultPayloadCodec:
     """MessagePack via msgspec, decoding to the receiver's annotated types.
 
     Encodes JSON-like values plus ``datetime``, ``date``, ``time``,
     ``timedelta``, ``UUID``, ``Decimal`` (as an exact string), ``bytes``,
-    tuples, sets, frozensets, enums, dataclasses, ``NamedTuple``,
+    tuples, sets, frozensets, enums, ``ipaddress`` addresses, networks and
+    interfaces, ``pathlib`` paths, dataclasses, ``NamedTuple``,
     ``TypedDict``, ``msgspec.Struct`` and pydantic v2 models (dumped with
-    ``model_dump(mode="python", by_alias=True)``, rebuilt with
-    ``model_validate``).
+    ``model_dump(mode="python", by_alias=True, round_trip=True)``, rebuilt
+    with ``model_validate``). Inside and outside models, any value pydantic
+    can serialize (``HttpUrl``, ``SecretStr``, ``Color``...) is stored as its
+    JSON form and rebuilt by pydantic for the annotated type. Secrets are
+    stored with their real value, never masked: the store holds what the
+    workflow needs on replay (wrap this codec to encrypt payloads).
+
+    One more type without writing a whole codec: ``register_type(cls,
+    encode=..., decode=...)`` (or ``extra_types={cls: (encode, decode)}``),
+    where ``encode`` turns an instance into an encodable value and
+    ``decode`` turns that value back into an instance.
 
     ``decode(data, into)`` returns exactly the annotated type: ``tuple[int,
     str]`` gives a tuple, ``set[int]`` a set, ``Decimal`` a ``Decimal``,
@@ -77,13 +94,48 @@ class DefaultPayloadCodec:
     Integers must fit in 64 bits (signed, or unsigned up to ``2**64 - 1``).
     """
 
-    __slots__ = ("_any_decoder", "_args_decoders", "_decoders", "_encoder")
+    __slots__ = ("_any_decoder", "_args_decoders", "_decoders", "_encoder", "_extra")
 
-    def __init__(self) -> None:
-        self._encoder = msgspec.msgpack.Encoder(enc_hook=_enc_hook, decimal_format="string")
+    def __init__(
+        self, *, extra_types: Mapping[type, tuple[EncodeType, DecodeType]] | None = None
+    ) -> None:
+        self._extra: dict[type, tuple[EncodeType, DecodeType]] = dict(_BUILTIN_EXTRA)
+        self._encoder = msgspec.msgpack.Encoder(enc_hook=self._enc_hook, decimal_format="string")
         self._any_decoder: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder()
         self._decoders: dict[object, msgspec.msgpack.Decoder[Any]] = {}
         self._args_decoders: dict[tuple[tuple[object, ...], int], msgspec.msgpack.Decoder[Any]] = {}
+        for cls, (encode, decode) in (extra_types or {}).items():
+            self.register_type(cls, encode=encode, decode=decode)
+
+    def register_type(self, cls: type, *, encode: EncodeType, decode: DecodeType) -> None:
+        """Store each ``cls`` (or subclass) value as ``encode(value)``; rebuild it with ``decode``.
+
+        ``encode`` must return something this codec already encodes (a str, a
+        dict...); ``decode`` receives that value as MessagePack gives it back
+        (lists for tuples, strings for UUIDs) and returns a ``cls``. Register
+        before the engine stores any such value, and keep the pair stable:
+        stored payloads are decoded with it after every restart.
+        """
+        if not isinstance(cls, type):
+            raise TypeError(f"register_type needs a class, got {cls!r}")
+        if not callable(encode) or not callable(decode):
+            raise TypeError("register_type needs callable encode= and decode= functions")
+        self._extra[cls] = (encode, decode)
+        self._decoders.clear()
+        self._args_decoders.clear()
+
+    def _enc_hook(self, value: Any) -> Any:
+        for cls in type(value).__mro__:
+            pair = self._extra.get(cls)
+            if pair is not None:
+                return pair[0](value)
+        return _enc_hook(value)
+
+    def _dec_hook(self, into: Any, value: Any) -> Any:
+        pair = self._extra.get(into) if isinstance(into, type) else None
+        if pair is not None:
+            return pair[1](value)
+        return _dec_hook(into, value)
 
     def encode(self, value: object) -> bytes:
         try:
@@ -120,7 +172,7 @@ class DefaultPayloadCodec:
 
     def _build_decoder(self, into: object) -> msgspec.msgpack.Decoder[Any]:
         try:
-            return msgspec.msgpack.Decoder(into, dec_hook=_dec_hook)
+            return msgspec.msgpack.Decoder(into, dec_hook=self._dec_hook)
         except TypeError:
             return self._any_decoder
 
@@ -165,7 +217,7 @@ class DefaultPayloadCodec:
         usable = [t if self._decoder_for(t) is not self._any_decoder else Any for t in types]
         padded = (usable + [Any] * length)[:length]
         try:
-            return msgspec.msgpack.Decoder(tuple[tuple(padded)], dec_hook=_dec_hook)  # type: ignore[misc]
+            return msgspec.msgpack.Decoder(tuple[tuple(padded)], dec_hook=self._dec_hook)  # type: ignore[misc]
         except TypeError:
             return msgspec.msgpack.Decoder(tuple)
 
@@ -220,9 +272,19 @@ def _enc_hook(value: Any) -> Any:
     if base is not None:
         if isinstance(value, base):
             return value.model_dump(mode="python", by_alias=True, round_trip=True)
-        # URL and similar pydantic types; secrets are refused rather than silently masked.
-        if type(value).__module__.startswith("pydantic") and not hasattr(value, "get_secret_value"):
+        if hasattr(value, "get_secret_value") and type(value).__module__.startswith("pydantic"):
+            return value.get_secret_value()  # stored as is: a masked secret would be lost
+        try:  # URLs and the other types pydantic serializes on their own
             return sys.modules["pydantic_core"].to_jsonable_python(value)
+        except Exception:
+            pass
+        kind: Any = type(value)
+        adapter = _type_adapter(kind)  # types that bring their own pydantic schema
+        if adapter is not None:
+            try:
+                return adapter.dump_python(value, mode="json")
+            except Exception:
+                pass
     raise TypeError(f"Encoding objects of type {type(value).__name__} is unsupported")
 
 
@@ -239,7 +301,48 @@ def _dec_hook(into: Any, value: Any) -> Any:
             return value
     except TypeError:
         pass
+    if base is not None and isinstance(into, type):  # a class pydantic may know (HttpUrl...)
+        try:
+            adapter = _type_adapter(into)
+        except TypeError:  # an unhashable annotation
+            adapter = None
+        if adapter is not None:  # HttpUrl, SecretStr, ... : pydantic rebuilds its own types
+            try:
+                return adapter.validate_python(value, strict=False)
+            except ValueError as exc:
+                raise _model_invalid(into, exc) from exc
     raise TypeError(f"Expected `{_type_name(into)}`, got `{type(value).__name__}`")
+
+
+@functools.lru_cache(maxsize=256)
+def _type_adapter(into: Any) -> Any:
+    """pydantic's validator for ``into``, or None when pydantic does not know the type."""
+    try:
+        return sys.modules["pydantic"].TypeAdapter(into)
+    except Exception:  # not a type pydantic can validate
+        return None
+
+
+def _ip(kind: type) -> tuple[EncodeType, DecodeType]:
+    return str, kind
+
+
+# Common stdlib types msgspec lacks, so they work with or without pydantic installed.
+_BUILTIN_EXTRA: dict[type, tuple[EncodeType, DecodeType]] = {
+    kind: _ip(kind)
+    for kind in (
+        ipaddress.IPv4Address,
+        ipaddress.IPv6Address,
+        ipaddress.IPv4Network,
+        ipaddress.IPv6Network,
+        ipaddress.IPv4Interface,
+        ipaddress.IPv6Interface,
+        pathlib.PurePath,
+        pathlib.Path,
+        pathlib.PurePosixPath,
+        pathlib.PureWindowsPath,
+    )
+}
 
 
 def _model_invalid(model: type, exc: ValueError) -> _ModelInvalid:

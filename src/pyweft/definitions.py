@@ -9,12 +9,14 @@ reads that record when the function is registered or passed to ``start`` /
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import inspect
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, cast, overload
 
 from pyweft.codec import call_types
 from pyweft.durations import parse_duration, parse_optional_duration
@@ -171,10 +173,31 @@ def activity(
         definition = _activity_definition(
             f, name=name, retry=retry, timeout=timeout, schedule_to_close=schedule_to_close
         )
+        if inspect.ismethod(f):
+            # A bound method takes no attributes: wrap it, keeping its object.
+            return cast(F, _bound_activity(f, definition))
         setattr(f, _ACTIVITY_ATTR, definition)
         return f
 
     return decorate(fn) if fn is not None else decorate
+
+
+def _bound_activity(method: Callable[..., Any], definition: ActivityDefinition) -> Any:
+    if definition.is_async:
+
+        async def call_async(*args: Any, **kwargs: Any) -> Any:
+            return await method(*args, **kwargs)
+
+        wrapper: Callable[..., Any] = call_async
+    else:
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return method(*args, **kwargs)
+
+        wrapper = call
+    functools.update_wrapper(wrapper, method)
+    setattr(wrapper, _ACTIVITY_ATTR, definition)
+    return wrapper
 
 
 @overload
@@ -279,6 +302,10 @@ def activity_definition_of(fn: Callable[..., Any]) -> ActivityDefinition:
     """
     d = getattr(fn, _ACTIVITY_ATTR, None)
     if isinstance(d, ActivityDefinition):
+        if inspect.ismethod(fn) and d.fn is fn.__func__:
+            # ``@activity`` on a method in a class, used through an object (``acts.do``):
+            # call it bound to that object, not as the bare function without ``self``.
+            return dataclasses.replace(d, fn=fn)
         return d
     try:
         cached = _plain.get(fn)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import _thread
 import inspect
+import signal
 import subprocess
 import sys
 import textwrap
@@ -392,6 +393,16 @@ def test_ctrl_c_during_result_stops_the_wait_and_the_engine_stays_usable(
 ) -> None:
     main = threading.current_thread()
     assert main is threading.main_thread(), "KeyboardInterrupt reaches the main thread only"
+    # A background job (`python3 tasks.py test &`) starts with SIGINT ignored, and then
+    # interrupt_main() does nothing; give SIGINT Python's own handler, as a terminal would.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _ctrl_c_during_result(tmp_path, main)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _ctrl_c_during_result(tmp_path: Path, main: threading.Thread) -> None:
     with pyweft.sync.Engine(sqlite_url(tmp_path), workflows=[parked]) as engine:
         handle = engine.start(parked)
 

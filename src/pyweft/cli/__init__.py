@@ -8,22 +8,25 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 
-from pyweft import PyweftError
+from pyweft import PayloadCodec, PyweftError
 from pyweft.cli import render
 
 T = TypeVar("T")
 
 DATABASE_ENV = "PYWEFT_DATABASE_URL"
+CODEC_ENV = "PYWEFT_CODEC"
 
 DbOption = Annotated[
     str | None,
     typer.Option(
         "--db",
+        metavar="URL",
         envvar=DATABASE_ENV,
         show_envvar=True,
         help="Storage URL (sqlite:///app.db, sqlite:////abs/app.db, memory://) or a path "
@@ -33,6 +36,24 @@ DbOption = Annotated[
 JsonOption = Annotated[
     bool, typer.Option("--json", help="Print JSON for tools instead of tables for people.")
 ]
+
+
+_codec: list[PayloadCodec] = []  # set once per process by `pyweft --codec`
+
+
+def set_codec(codec: PayloadCodec) -> None:
+    """Make every engine this CLI process opens use ``codec`` (``pyweft --codec``)."""
+    _codec[:] = [codec]
+
+
+def cli_codec() -> PayloadCodec | None:
+    """The codec ``--codec`` named, or ``None`` for the default."""
+    return _codec[0] if _codec else None
+
+
+def db_flag(db: str | None) -> str:
+    """`` --db URL`` for a follow-up command hint, when the user passed one (else nothing)."""
+    return f" --db {shlex.quote(db)}" if db else ""
 
 
 def run(
@@ -69,7 +90,11 @@ def json_argument(text: str, what: str) -> Any:
 
 
 __all__ = [
+    "CODEC_ENV",
     "DATABASE_ENV",
+    "cli_codec",
+    "db_flag",
+    "set_codec",
     "DbOption",
     "JsonOption",
     "bad_parameter",

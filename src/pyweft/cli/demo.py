@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -29,12 +30,13 @@ from pyweft import (
     Engine,
     PyweftError,
     SQLiteStorage,
+    StoreInUseError,
     WorkflowContext,
     WorkflowInfo,
     activity,
     workflow,
 )
-from pyweft.cli import DATABASE_ENV, render, run
+from pyweft.cli import DATABASE_ENV, db_flag, render, run
 
 DEMO_TYPE = "demo.fulfil_order"
 DEFAULT_DB = "pyweft-demo.db"
@@ -92,6 +94,7 @@ class Ledger:
     def __init__(self, path: Path, console: Console) -> None:
         self.path = path
         self._console = console
+        self.started = 0  # activity executions this process began (what really ran here)
 
     def events(self, order_id: str, name: str) -> list[tuple[str, str]]:
         """``(pid, "start" | "done")`` for every earlier execution of this activity."""
@@ -108,16 +111,40 @@ class Ledger:
     def executing(self, order_id: str, name: str) -> Iterator[None]:
         earlier = self.events(order_id, name)
         if earlier:
-            pids = ", ".join(sorted({pid for pid, _ in earlier}))
-            how = "finished" if any(e == "done" for _, e in earlier) else "was interrupted"
-            self._console.print(
-                f"[yellow]{escape(f'[{order_id}]')} {name} {how} in pid {pids} before its "
-                "result was recorded; running it again (activities run at least once: make "
-                "real ones idempotent)[/]"
-            )
+            self._console.print(f"[yellow]{escape(f'[{order_id}]')} {_earlier(name, earlier)}[/]")
+        self.started += 1
         self._append(order_id, name, "start")
         yield
         self._append(order_id, name, "done")
+
+
+def _earlier(name: str, earlier: list[tuple[str, str]]) -> str:
+    """Why an activity that already ran in another process is running again, told truly."""
+    pids = sorted({pid for pid, _ in earlier})
+    alive = [pid for pid in pids if _alive(int(pid))]
+    done = any(event == "done" for _, event in earlier)
+    if alive:
+        return (
+            f"{name} is also running in live pid {', '.join(alive)}: two engines are driving "
+            "this database at once, so this step runs twice. Stop one of them."
+        )
+    how = "finished" if done else "was interrupted"
+    return (
+        f"{name} {how} in pid {', '.join(pids)} (no longer running) before its result was "
+        "recorded; running it again (activities run at least once: make real ones idempotent)"
+    )
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
 
 
 class Reporter:
@@ -224,12 +251,20 @@ def build_workflow(pace: Pace, ledger: Ledger, report: Reporter) -> Callable[...
 
 
 def _sqlite_path(engine: Engine) -> Path:
-    if not isinstance(engine.storage, SQLiteStorage):
-        raise DemoError(
-            "the demo needs a SQLite file (e.g. --db pyweft-demo.db) so that it can resume "
-            f"after a crash; {type(engine.storage).__name__} does not outlive the process"
+    storage = engine.storage
+    if not isinstance(storage, SQLiteStorage):
+        kind = type(storage).__name__
+        why = (
+            "memory:// keeps nothing once the process exits, so there would be nothing to resume"
+            if kind == "MemoryStorage"
+            else f"it keeps its execution ledger in a file beside the database, which {kind} "
+            "does not have"
         )
-    return Path(engine.storage.path)
+        raise DemoError(
+            f"the demo needs a SQLite file: {why}. Run it with --db pyweft-demo.db (the "
+            "default), or any other .db path"
+        )
+    return Path(storage.path)
 
 
 async def _all_runs(engine: Engine, workflow_type: str | None = None) -> list[WorkflowInfo]:
@@ -285,7 +320,8 @@ async def run_demo(url: str, orders: int, pace: Pace, out: Console) -> bool:
     async with Engine(url, recover=False) as engine:
         db = _sqlite_path(engine)
         report = Reporter(out)
-        fulfil = build_workflow(pace, Ledger(db.with_suffix(".ledger"), out), report)
+        ledger = Ledger(db.with_suffix(".ledger"), out)
+        fulfil = build_workflow(pace, ledger, report)
         engine.register_workflow(fulfil)
         known = {i.id: i for i in await _all_runs(engine, DEMO_TYPE)}
         ids = [f"demo-{make_order(n).id}" for n in range(1, orders + 1)]
@@ -294,9 +330,10 @@ async def run_demo(url: str, orders: int, pace: Pace, out: Console) -> bool:
         if not unfinished and all(i in known for i in ids):
             out.print(f"All {len(ids)} demo orders in {escape(str(db))} are already complete:")
             out.print(_results_table({i: await _outcome(engine, i) for i in ids}))
-            out.print("To start over: [bold]pyweft demo --reset[/] (deletes the demo database).")
+            again = escape(f"pyweft demo --reset{_db_flag(url)}")
+            out.print(f"To start over: [bold]{again}[/] (deletes the demo database).")
             return all(known[i].status == "completed" for i in ids)
-        _intro(out, db, len(ids))
+        _intro(out, db, len(ids), _db_flag(url))
         for wid in wanted:
             out.print(f"  {escape(wid)}: {await _progress(engine, known.get(wid))}")
         await engine.recover_all()
@@ -307,8 +344,9 @@ async def run_demo(url: str, orders: int, pace: Pace, out: Console) -> bool:
     out.print()
     out.print(_results_table(outcomes))
     out.print(
-        f"This process executed {report.executed} step(s) and replayed {report.replayed} from "
-        f"the journal. Real executions are logged in {escape(str(db.with_suffix('.ledger')))}."
+        f"This process ran {ledger.started} activit{'y' if ledger.started == 1 else 'ies'} and "
+        f"replayed {report.replayed} step(s) from the journal. Every real execution is logged "
+        f"in {escape(str(ledger.path))}."
     )
     return all(isinstance(o, Receipt) for o in outcomes.values())
 
@@ -328,7 +366,12 @@ async def _progress(engine: Engine, info: WorkflowInfo | None) -> str:
     return text
 
 
-def _intro(out: Console, db: Path, orders: int) -> None:
+def _db_flag(url: str) -> str:
+    """The ``--db`` a rerun needs: the one the user gave, or nothing for the default file."""
+    return "" if url == DEFAULT_DB else db_flag(url)
+
+
+def _intro(out: Console, db: Path, orders: int, flag: str) -> None:
     pid = os.getpid()
     out.print(f"[bold]pyweft demo[/]: {orders} order(s) on {escape(str(db))} (pid {pid})")
     out.print(
@@ -336,17 +379,32 @@ def _intro(out: Console, db: Path, orders: int) -> None:
         "timer that keeps its deadline across restarts) → ship_order → send_receipt."
     )
     out.print(
-        f"[bold yellow]Press Ctrl-C or kill -9 {pid} at any time, then run `python3 tasks.py "
-        "demo` (or `pyweft demo`) again: completed steps are not repeated and the run "
+        f"[bold yellow]Press Ctrl-C or kill -9 {pid} at any time, then run "
+        f"`{escape(f'python3 tasks.py demo{flag}')}` (or `{escape(f'pyweft demo{flag}')}`) "
+        "again: completed steps are not repeated and the run "
         "resumes where it stopped.[/]"
     )
 
 
+def _in_use_hint(db: str, exc: PyweftError) -> None:
+    if isinstance(exc, StoreInUseError):
+        held = f" ({exc.holder})" if exc.holder else ""
+        render.hint(
+            f"Another engine{held} already drives {db}: most likely an earlier demo that is "
+            "still running. Let it finish or stop it, then run the demo again to resume; or "
+            "start a separate demo with --db another-demo.db."
+        )
+
+
 def demo(
+    # No envvar on purpose: the demo must not write into (or fail on) the store that
+    # $PYWEFT_DATABASE_URL names for the user's own app.
     db: Annotated[
         str,
         typer.Option(
-            "--db", envvar=DATABASE_ENV, show_envvar=True, help="SQLite file (path or URL)."
+            "--db",
+            help=f"SQLite file (path or sqlite:/// URL). Ignores ${DATABASE_ENV}: the demo "
+            "keeps to its own file unless you name one here.",
         ),
     ] = DEFAULT_DB,
     orders: Annotated[int, typer.Option("--orders", min=1, max=50, help="How many orders.")] = 3,
@@ -359,15 +417,18 @@ def demo(
     out = render.console()
     try:
         if fresh:
-            run(reset(db, out))
-        ok = run(run_demo(db, orders, FAST if fast else NORMAL, out))
+            run(reset(db, out), on_error=partial(_in_use_hint, db))
+        ok = run(
+            run_demo(db, orders, FAST if fast else NORMAL, out), on_error=partial(_in_use_hint, db)
+        )
     except DemoError as exc:
         render.error("DemoError", str(exc))
         raise typer.Exit(2) from None
     except KeyboardInterrupt:
         out.print(
-            "\n[yellow]Interrupted.[/] Finished steps are safe in the journal; run `pyweft "
-            "demo` again to resume where it stopped (a step that was in flight runs again)."
+            "\n[yellow]Interrupted.[/] Finished steps are safe in the journal; run "
+            f"`{escape(f'pyweft demo{_db_flag(db)}')}` again to resume where it stopped (a "
+            "step that was in flight runs again)."
         )
         raise typer.Exit(130) from None
     if not ok:

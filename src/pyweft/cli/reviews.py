@@ -28,6 +28,7 @@ class StatusFilter(StrEnum):
     rejected = "rejected"
     needs_changes = "needs_changes"
     expired = "expired"
+    withdrawn = "withdrawn"  # a race's losing branch, or a run that ended while it waited
     all = "all"
 
 
@@ -78,8 +79,32 @@ def list_reviews(
     out = render.console()
     if not reviews:
         out.print("no reviews match")
-    else:
+    elif out.width >= _WIDE:
         out.print(render.reviews_table(reviews))
+    else:  # eight columns squeezed into a terminal are unreadable: one block per review
+        for review in reviews:
+            out.print(_review_block(review), soft_wrap=False)
+
+
+_WIDE = 140  # the table needs about this many columns to keep ids on one line
+
+
+def _review_block(review: ReviewInfo) -> str:
+    head = (
+        f"[bold]{escape(review.review_id)}[/]  {render.status_text(review.status)}  "
+        f"{escape(review.review_type)}"
+    )
+    lines = [head, f"  workflow  {escape(review.workflow_id)} ({escape(review.workflow_type)})"]
+    if review.reviewers:
+        lines.append(f"  reviewers {escape(', '.join(review.reviewers))}")
+    lines.append(f"  requested {render.when(review.created_at)}")
+    if review.decided_at is not None:
+        by = f" by {review.reviewer}" if review.reviewer else ""
+        lines.append(f"  decided   {render.when(review.decided_at)}{escape(by)}")
+    elif review.deadline is not None:
+        lines.append(f"  due       {render.when(review.deadline)}")
+    lines.append(f"  artifact  {escape(render.short(render.value_text(review.artifact)))}")
+    return "\n".join(lines)
 
 
 @app.command("decide")

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import logging
 from typing import Any
 
 from pyweft.definitions import ActivityDefinition, RetryPolicy
 from pyweft.engine import records
+from pyweft.engine.activity_scope import ActivityScope, activity_scope
 from pyweft.engine.operations import operation
 from pyweft.engine.records import ErrorInfo, PendingStep, StepRecord
 from pyweft.engine.run import Run
@@ -45,7 +47,7 @@ async def run_activity(
     codec = run.services.codec
     if rec is not None:
         if rec.ok:
-            return None if rec.value is None else codec.decode(rec.value, act.result_type)
+            return None if rec.value is None else _decode_result(codec, rec.value, act, step)
         raise activity_error(rec)
     await run.enter_live()
     clock = run.services.clock
@@ -68,13 +70,22 @@ async def run_activity(
         if budget_s is not None:
             left = budget_s - (clock.now() - first)
             attempt_timeout = left if timeout_s is None else min(timeout_s, left)
+        scope = ActivityScope(
+            workflow_id=run.id,
+            workflow_type=run.definition.name,
+            activity=act.name,
+            step=step,
+            attempt=attempt,
+        )
         try:
             if attempt_timeout is not None and attempt_timeout <= 0:
                 raise ActivityTimeoutError(
                     f"activity {act.name!r} ran out of its schedule_to_close budget"
                 )
-            value = await run.live(_execute(run, act, args, attempt_timeout))
+            with activity_scope(scope):
+                value = await run.live(_execute(run, act, args, attempt_timeout))
             payload = run.encode_result(value, f"result of activity {act.name!r}")
+            result = _decode_result(codec, payload, act, step)  # before it is recorded as done
         except Exception as exc:
             now = clock.now()
             delay = retry.delay_after(attempt)
@@ -106,6 +117,7 @@ async def run_activity(
                 attempt,
                 info.message,
                 delay,
+                extra=scope.extras(),
             )
             retry_at = now + delay
             await run.commit_pending(
@@ -132,7 +144,18 @@ async def run_activity(
             value=payload,
         )
         await run.commit_step(done)
+        return result
+
+
+def _decode_result(codec: Any, payload: bytes, act: ActivityDefinition, step: int) -> Any:
+    try:
         return codec.decode(payload, act.result_type)
+    except PayloadError as exc:
+        raise PayloadError(
+            f"activity {act.name!r} (step {step}) returned a value that does not match its "
+            f"return annotation: {exc} Return what the annotation says, or fix the annotation.",
+            path=exc.path,
+        ) from exc
 
 
 async def _execute(
@@ -143,7 +166,8 @@ async def _execute(
             return await act.fn(*args)
         return await _with_timeout(run, asyncio.ensure_future(act.fn(*args)), act, timeout_s)
     loop = asyncio.get_running_loop()
-    fut = loop.run_in_executor(run.services.executor, functools.partial(act.fn, *args))
+    call = functools.partial(contextvars.copy_context().run, act.fn, *args)  # keeps the scope
+    fut = loop.run_in_executor(run.services.executor, call)
     if timeout_s is None:
         return await fut
     return await _with_timeout(run, fut, act, timeout_s)

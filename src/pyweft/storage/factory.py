@@ -110,7 +110,13 @@ def _open_postgres(url: str) -> PostgresStorage:
         else:
             kept.append(item)
     conninfo = urlunsplit(parts._replace(query="&".join(kept)))
-    from pyweft.storage.postgres import PostgresStorage  # psycopg loads only when used
+    try:
+        from pyweft.storage.postgres import PostgresStorage  # psycopg loads only when used
+    except ImportError as exc:  # the driver is an extra: `pip install "pyweft[postgres]"`
+        raise ConfigurationError(
+            f"storage URL {_redact(url)!r} needs the PostgreSQL driver, which is not installed "
+            f"({exc}); install it with: pip install 'pyweft[postgres]'"
+        ) from exc
 
     try:
         return PostgresStorage(conninfo, schema=schema)
