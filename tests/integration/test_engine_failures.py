@@ -16,6 +16,7 @@ import asyncio
 import sqlite3
 import threading
 from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,8 @@ from pyweft import (
     activity,
     workflow,
 )
+from pyweft.engine import keys, records
+from pyweft.storage.base import Expect, Op, Put
 from support.poll import eventually
 
 
@@ -240,3 +243,52 @@ async def test_a_suspended_run_does_not_run_its_cancel_handler() -> None:
         clock.advance(3600)
         assert await engine.get_handle("s-2").result(timeout=5) == "slept"
     assert ledger["cleanup"] == 0
+
+
+class PausingStorage(MemoryStorage):
+    """Memory storage that holds the first conditional batch matching ``pause_when``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pause_when: Callable[[Sequence[Op]], bool] | None = None
+        self.reached = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def conditional_batch(self, conditions: Sequence[Expect], ops: Sequence[Op]) -> bool:
+        if self.pause_when is not None and self.pause_when(ops):
+            self.pause_when = None
+            self.reached.set()
+            await self.release.wait()
+        return await super().conditional_batch(conditions, ops)
+
+
+@workflow
+async def one_step(ctx: WorkflowContext, order: str) -> str:
+    await ctx.run(ship, order)
+    return "shipped"
+
+
+async def test_a_cancel_that_lands_just_before_the_final_commit_does_not_strand_the_run() -> None:
+    storage = PausingStorage()
+    storage.pause_when = lambda ops: any(  # the write that records the run completed
+        isinstance(op, Put)
+        and op.key == keys.wf("r")
+        and records.decode_state(op.value).status == "completed"
+        for op in ops
+    )
+    async with Engine(storage, workflows=[one_step]) as engine:
+        await engine.start(one_step, "o-1", id="r")
+        await storage.reached.wait()  # the run's finishing write is in flight
+        other = Engine(storage, workflows=[one_step], recover=False)  # another process
+        async with other:
+            await other.cancel("r")
+        storage.release.set()
+        await eventually(_status_is(engine, "r", {"completed", "cancelled"}), what="the run to end")
+    assert ledger["ship"] == 1
+
+
+def _status_is(engine: Engine, workflow_id: str, wanted: set[str]) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return (await engine.describe(workflow_id)).status in wanted
+
+    return check

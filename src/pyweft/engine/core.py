@@ -28,6 +28,7 @@ from pyweft.engine.run import Run, RunServices
 from pyweft.engine.visibility import Visibility
 from pyweft.errors import (
     EngineClosedError,
+    StorageError,
     VersionMismatchError,
     WorkflowNotRegisteredError,
 )
@@ -148,7 +149,12 @@ class EngineCore:
                 and run.state.status not in TERMINAL_STATUSES
             ):
                 # Before done is settled, so result() waiters see it is being re-driven.
-                self.redriver.stranded(run.id, run.teardown_cause, carried=run.unsaved)
+                self.redriver.stranded(
+                    run.id,
+                    run.teardown_cause,
+                    carried=run.unsaved,
+                    quiet=not isinstance(run.teardown_cause, StorageError),
+                )
             if not run.done.done():
                 if run.state.status in TERMINAL_STATUSES:
                     run.done.set_result(run.state)

@@ -133,9 +133,11 @@ ENGINE_FAILURES: tuple[type[BaseException], ...] = (
     LeaseNotHeldError,
     Superseded,
 )
-# Of those, the ones after which this engine may drive the run again by itself once its
-# store works again (the others mean somebody else owns or advanced the run).
-TRANSIENT_FAILURES: tuple[type[BaseException], ...] = (StorageError,)
+# Of those, the ones after which this engine may drive the run again by itself: once its
+# store works again, or (superseded) after re-reading what another writer did, e.g. a
+# cancel from another process that landed just before this run's final commit. A lost
+# lease or claim means another engine drives the run now.
+TRANSIENT_FAILURES: tuple[type[BaseException], ...] = (StorageError, Superseded)
 
 
 class Run:
@@ -466,7 +468,7 @@ class Run:
         batch += staged.values()
         try:
             ok = await self.services.committer.commit(batch, conditions, workflow_id=self.id)
-        except TRANSIENT_FAILURES:
+        except StorageError:
             # The outcome may or may not be stored. If not, the activity need not run
             # again: its outcome is kept here and committed at its step on replay.
             for rec, ops, _ in entries:

@@ -21,7 +21,7 @@ from typing import Any, Literal, ParamSpec, TypeVar
 from pyweft.clock import Clock
 from pyweft.codec import PayloadCodec
 from pyweft.definitions import ActivityDefinition, Duration, WorkflowDefinition
-from pyweft.engine.engine import DEFAULT_MAX_PAYLOAD_BYTES
+from pyweft.engine.engine import DEFAULT_MAX_HISTORY_STEPS, DEFAULT_MAX_PAYLOAD_BYTES
 from pyweft.engine.engine import Engine as AsyncEngine
 from pyweft.engine.info import Page, WorkflowInfo
 from pyweft.engine.ownership import StoreOwnership
@@ -67,6 +67,7 @@ class Engine:
         clock: Clock | None = None,
         codec: PayloadCodec | None = None,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        max_history_steps: int = DEFAULT_MAX_HISTORY_STEPS,
         activity_threads: int = 32,
         sqlite_synchronous: Literal["FULL", "NORMAL"] = "FULL",
         poll_interval: float = 1.0,
@@ -98,6 +99,7 @@ class Engine:
                 clock=clock,
                 codec=codec,
                 max_payload_bytes=max_payload_bytes,
+                max_history_steps=max_history_steps,
                 activity_threads=activity_threads,
                 sqlite_synchronous=sqlite_synchronous,
                 poll_interval=poll_interval,
