@@ -67,7 +67,7 @@ class Engine:
         codec: PayloadCodec | None = None,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         activity_threads: int = 32,
-        sqlite_synchronous: Literal["FULL", "NORMAL"] = "FULL",
+        sqlite_synchronous: Literal["FULL", "NORMAL"] | None = None,
         poll_interval: float = 1.0,
         version_mismatch: Literal["fail_run", "raise"] = "fail_run",
         retention: Mapping[str, Duration] | None = None,
