@@ -319,7 +319,7 @@ def workflow(
             param_types=param_types,
             result_type=result_type,
             retention=kept,
-            signature=inspect.signature(f),
+            signature=_signature(f),
         )
         setattr(f, _WORKFLOW_ATTR, definition)
         return f
@@ -328,6 +328,14 @@ def workflow(
 
 
 RETENTION_STATUSES = ("completed", "failed", "cancelled", "timed_out")
+
+
+def _signature(f: Callable[..., Any]) -> inspect.Signature:
+    """``f``'s signature with string annotations resolved where they can be (for messages)."""
+    try:
+        return inspect.signature(f, eval_str=True)
+    except Exception:
+        return inspect.signature(f)
 
 
 def _check_context_parameter(f: Callable[..., Any], first: inspect.Parameter) -> None:
