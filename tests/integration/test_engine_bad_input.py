@@ -28,6 +28,7 @@ from pyweft import (
 )
 from pyweft.storage.sqlite import SQLiteStorage
 from support.backends import Backend
+from support.poll import eventually
 
 
 @workflow
@@ -444,3 +445,39 @@ async def test_fork_from_a_step_the_run_never_reached_is_refused(backend: Backen
         assert await snapshot(engine) == before
         copy = await engine.fork("src", from_step=2, id="copy")
         assert await copy.result(timeout=5) == 2
+
+
+# --- readers and times stored before the boundary checks ------------------------------
+
+
+@workflow
+async def naps(ctx: WorkflowContext) -> None:
+    await ctx.sleep("1h")
+
+
+@pytest.mark.parametrize("stored", [math.inf, math.nan, 1e300, -1e300])
+async def test_history_shows_a_time_stored_by_an_older_version_instead_of_crashing(
+    backend: Backend, stored: float
+) -> None:
+    from pyweft.engine import keys, records
+    from pyweft.storage.base import Put
+    from pyweft.storage.factory import open_storage
+
+    async with backend.engine(workflows=[naps]) as engine:
+        handle = await engine.start(naps, id="old")
+        key = keys.pending("old", 1)
+        await eventually(lambda: engine.storage.get(key), what="the sleep's timer")
+        pending = records.decode_pending(await engine.storage.get(key) or b"")
+    # What an earlier pyweft could store for ctx.sleep_until(inf) and the like.
+    pending.deadline = stored
+    given = backend.storage()
+    storage = open_storage(given) if isinstance(given, str) else given
+    await storage.batch([Put(key=key, value=records.encode(pending))])
+    if storage is not given:
+        await storage.close()
+    async with backend.engine(workflows=[naps], recover=False) as engine:
+        history = await engine.history(handle.id)
+        (step,) = history.steps
+        assert step.kind == "sleep"
+        assert step.next_attempt_at is not None and step.next_attempt_at.year in (1, 9999)
+        assert (await engine.describe(handle.id)).status == "running"
