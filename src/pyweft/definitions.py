@@ -389,6 +389,15 @@ def is_activity(obj: object) -> bool:
     return isinstance(getattr(obj, _ACTIVITY_ATTR, None), ActivityDefinition)
 
 
+def refuse_activity_as_workflow(obj: object, call: str) -> None:
+    """A clear error for ``engine.start(an_activity)`` and the like, before any lookup."""
+    if is_activity(obj):
+        raise DefinitionError(
+            f"{call} got {_qualname(obj)}, which is an @activity, not a workflow; run it from "
+            "a workflow with ctx.run, or declare a @workflow that does"
+        )
+
+
 def workflow_definition_of(obj: object) -> WorkflowDefinition | None:
     """The definition attached by ``@workflow``, or ``None``."""
     d = getattr(obj, _WORKFLOW_ATTR, None)

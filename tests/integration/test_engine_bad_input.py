@@ -386,6 +386,29 @@ async def test_engine_refuses_activities_as_workflows_and_workflows_as_activitie
 
 
 @workflow
+async def starts_an_activity(ctx: WorkflowContext) -> object:
+    return await ctx.start_child(quick)
+
+
+async def test_starting_an_activity_as_a_workflow_says_so_and_stores_nothing(
+    backend: Backend,
+) -> None:
+    async with backend.engine(workflows=[starts_an_activity], activities=[quick]) as engine:
+        before = await snapshot(engine)
+        with pytest.raises(DefinitionError, match="quick, which is an @activity"):
+            await engine.start(quick)
+        with pytest.raises(DefinitionError, match="quick, which is an @activity"):
+            await engine.start_or_signal(quick, signal=("go", 1))
+        assert await snapshot(engine) == before
+        handle = await engine.start(starts_an_activity)
+        with pytest.raises(WorkflowFailedError) as err:
+            await handle.result(timeout=5)
+        assert err.value.error_type == "DefinitionError"
+        assert "ctx.run" in err.value.error_message
+        assert (await handle.describe()).step_count == 0
+
+
+@workflow
 async def runs_a_workflow(ctx: WorkflowContext) -> object:
     return await ctx.run(echo, 1)
 

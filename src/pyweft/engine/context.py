@@ -20,6 +20,7 @@ from pyweft.definitions import (
     RetryPolicy,
     activity_definition_of,
     parse_activity_timeout,
+    refuse_activity_as_workflow,
 )
 from pyweft.durations import parse_duration, parse_optional_duration, parse_timestamp
 from pyweft.engine import (
@@ -360,6 +361,7 @@ class WorkflowContext:
             )
         if id is not None:
             keys.check_text(id, "child id", keys.MAX_ID_BYTES)
+        refuse_activity_as_workflow(workflow, "ctx.start_child")
         return children.child_step(
             self._run, self._run.alloc_step(), workflow, args, id, parent_close_policy
         )

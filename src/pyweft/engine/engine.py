@@ -28,6 +28,7 @@ from pyweft.definitions import (
     activity_definition_of,
     is_activity,
     parse_retention,
+    refuse_activity_as_workflow,
     workflow,
     workflow_definition_of,
 )
@@ -111,6 +112,12 @@ class Engine:
         claim_ttl: Duration = 30.0,
         claim_renew_interval: Duration = 5.0,
     ) -> None:
+        for option, given in (("workflows", workflows), ("activities", activities)):
+            if callable(given) or isinstance(given, str):
+                raise ConfigurationError(
+                    f"{option} must be a list of functions, got {_named(given)} itself; "
+                    f"write {option}=[{getattr(given, '__name__', '...')}]"
+                )
         if type(max_payload_bytes) is not int or max_payload_bytes < 1:
             raise ConfigurationError(
                 f"max_payload_bytes must be a positive int, got {max_payload_bytes!r}"
@@ -177,12 +184,6 @@ class Engine:
             poll_interval=float(poll_interval),
             version_mismatch=version_mismatch,
         )
-        for option, given in (("workflows", workflows), ("activities", activities)):
-            if callable(given) or isinstance(given, str):
-                raise ConfigurationError(
-                    f"{option} must be a list of functions, got {_named(given)} itself; "
-                    f"write {option}=[{getattr(given, '__name__', '...')}]"
-                )
         for fn in workflows:
             self.register_workflow(fn)
         for fn in activities:
@@ -496,6 +497,7 @@ class Engine:
         """
         self._core.services_or_raise()
         assert self._signals is not None
+        refuse_activity_as_workflow(wf, "engine.start")
         workflow_id, _ = await creation.create(
             self._core,
             self._signals,
@@ -595,6 +597,7 @@ class Engine:
         """
         self._core.services_or_raise()
         assert self._signals is not None
+        refuse_activity_as_workflow(wf, "engine.start_or_signal")
         if not (isinstance(signal, tuple) and len(signal) == 2):
             raise InvalidArgumentError("signal must be a (name, payload) tuple")
         name, payload = signal
