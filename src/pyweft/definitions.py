@@ -12,6 +12,8 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import math
+import typing
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -20,7 +22,7 @@ from typing import Any, TypeVar, cast, overload
 
 from pyweft.codec import call_types
 from pyweft.durations import parse_duration, parse_optional_duration
-from pyweft.errors import DefinitionError
+from pyweft.errors import DefinitionError, InvalidArgumentError, InvalidDurationError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -59,8 +61,15 @@ class RetryPolicy:
             raise DefinitionError(
                 f"RetryPolicy.max_attempts must be an int >= 1, got {max_attempts!r}"
             )
-        if not isinstance(backoff, int | float) or backoff < 1.0:
-            raise DefinitionError(f"RetryPolicy.backoff must be a number >= 1.0, got {backoff!r}")
+        if (
+            not isinstance(backoff, int | float)
+            or isinstance(backoff, bool)
+            or not 1.0 <= backoff < math.inf  # NaN fails both comparisons
+        ):
+            raise DefinitionError(
+                f"RetryPolicy.backoff must be a finite number >= 1.0 (1.0 waits the same "
+                f"initial_interval every time), got {backoff!r}"
+            )
         types = tuple(non_retryable)
         for t in types:
             if not (isinstance(t, type) and issubclass(t, BaseException)):
@@ -76,7 +85,11 @@ class RetryPolicy:
 
     def delay_after(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
-        return float(min(self.initial_interval * self.backoff ** (attempt - 1), self.max_interval))
+        try:
+            delay = self.initial_interval * self.backoff ** (attempt - 1)
+        except OverflowError:  # a large backoff to a high power is past any cap
+            return self.max_interval
+        return float(min(delay, self.max_interval))
 
     def is_retryable(self, exc: BaseException) -> bool:
         return not isinstance(exc, self.non_retryable)
@@ -109,6 +122,28 @@ class WorkflowDefinition:
     param_types: tuple[object, ...] = ()
     result_type: object = Any
     retention: dict[str, float] | None = None  # seconds per terminal status
+    signature: inspect.Signature | None = None
+
+    def check_arguments(self, args: tuple[Any, ...]) -> None:
+        """Refuse ``args`` that the workflow function could not be called with.
+
+        Checked before a run is stored: a run whose arguments cannot bind would
+        fail at once and use up its id for nothing.
+        """
+        if self.signature is None:
+            return
+        try:
+            self.signature.bind(None, *args)  # None stands for the context
+        except TypeError as exc:
+            params = list(self.signature.parameters.values())[1:]
+            takes = self.signature.replace(
+                parameters=params, return_annotation=self.signature.empty
+            )
+            raise InvalidArgumentError(
+                f"workflow {self.name!r} cannot be started with {len(args)} argument(s): {exc}. "
+                f"After the context it takes {takes}; pass them positionally after the "
+                "workflow, as in engine.start(wf, *args, id=...)"
+            ) from None
 
 
 def _activity_definition(
@@ -125,22 +160,52 @@ def _activity_definition(
         raise DefinitionError(
             f"@activity {fn.__qualname__} is a generator; activities must return a value"
         )
+    if workflow_definition_of(fn) is not None:
+        raise DefinitionError(
+            f"{_qualname(fn)} is a @workflow, not an activity; start it with engine.start or "
+            "ctx.start_child, or remove @workflow to run it as an activity"
+        )
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise DefinitionError(f"@activity retry must be a RetryPolicy, got {retry!r}")
     _, result_type, _ = call_types(fn, skip_first=False)
     return ActivityDefinition(
         name=_check_name(name or fn.__name__, "activity"),
         fn=fn,
         is_async=inspect.iscoroutinefunction(fn),
         retry=retry if retry is not None else DEFAULT_RETRY,
-        timeout_s=parse_optional_duration(timeout, field="timeout"),
-        schedule_to_close_s=parse_optional_duration(schedule_to_close, field="schedule_to_close"),
+        timeout_s=parse_activity_timeout(timeout, field="timeout"),
+        schedule_to_close_s=parse_activity_timeout(schedule_to_close, field="schedule_to_close"),
         result_type=result_type,
     )
 
 
+def parse_activity_timeout(value: Duration | None, *, field: str) -> float | None:
+    """An activity's ``timeout`` or ``schedule_to_close``: more than zero, or ``None``.
+
+    Zero would fail every attempt before it starts, so it is refused here
+    instead of surfacing later as a spent budget.
+    """
+    seconds = parse_optional_duration(value, field=field)
+    if seconds == 0.0:
+        what = "each attempt" if field == "timeout" else "all attempts together, backoff included"
+        raise InvalidDurationError(
+            f"Invalid {field}: 0 would fail the activity before it starts; {field} bounds "
+            f"{what}, so give it more than 0 seconds, or None for no limit"
+        )
+    return seconds
+
+
+def _qualname(fn: object) -> str:
+    return str(getattr(fn, "__qualname__", None) or repr(fn))
+
+
 def _check_name(name: str, what: str) -> str:
-    if not isinstance(name, str) or not name or len(name.encode()) > 200:
-        raise DefinitionError(f"{what} name must be a non-empty string of at most 200 bytes")
-    return name
+    from pyweft.engine.keys import check_text  # keys imports nothing of ours; no cycle
+
+    try:
+        return check_text(name, f"{what} name", 200)
+    except InvalidArgumentError as exc:
+        raise DefinitionError(str(exc)) from None
 
 
 @overload
@@ -170,6 +235,11 @@ def activity(
     """
 
     def decorate(f: F) -> F:
+        if workflow_definition_of(f) is not None:
+            raise DefinitionError(
+                f"@activity on {_qualname(f)}, which is already a @workflow: a function is "
+                "one or the other; start workflows with engine.start or ctx.start_child"
+            )
         definition = _activity_definition(
             f, name=name, retry=retry, timeout=timeout, schedule_to_close=schedule_to_close
         )
@@ -230,6 +300,12 @@ def workflow(
     kept = parse_retention(retention) if retention is not None else None
 
     def decorate(f: F) -> F:
+        if is_activity(f):
+            raise DefinitionError(
+                f"@workflow on {_qualname(f)}, which is already an @activity: a function is "
+                "one or the other; register activities with Engine(activities=[...]) and call "
+                "them with ctx.run"
+            )
         if not inspect.iscoroutinefunction(f):
             raise DefinitionError(
                 f"@workflow {getattr(f, '__qualname__', f)!r} must be an `async def` function "
@@ -242,6 +318,14 @@ def workflow(
         ):
             raise DefinitionError(
                 f"@workflow {f.__qualname__} must take the WorkflowContext as its first parameter"
+            )
+        _check_context_parameter(f, params[0])
+        required_kw = [p.name for p in params if p.kind is p.KEYWORD_ONLY and p.default is p.empty]
+        if required_kw:
+            raise DefinitionError(
+                f"@workflow {f.__qualname__} has required keyword-only parameter(s) "
+                f"{', '.join(required_kw)}, but workflow arguments are passed positionally; "
+                "make them positional or give them defaults"
             )
         if not isinstance(version, str) or not version:
             raise DefinitionError(f"@workflow version must be a non-empty string, got {version!r}")
@@ -258,6 +342,7 @@ def workflow(
             param_types=param_types,
             result_type=result_type,
             retention=kept,
+            signature=_signature(f),
         )
         setattr(f, _WORKFLOW_ATTR, definition)
         return f
@@ -266,6 +351,45 @@ def workflow(
 
 
 RETENTION_STATUSES = ("completed", "failed", "cancelled", "timed_out")
+
+
+def _signature(f: Callable[..., Any]) -> inspect.Signature:
+    """``f``'s signature with string annotations resolved where they can be (for messages)."""
+    try:
+        return inspect.signature(f, eval_str=True)
+    except Exception:
+        return inspect.signature(f)
+
+
+def _check_context_parameter(f: Callable[..., Any], first: inspect.Parameter) -> None:
+    """Refuse a first parameter annotated as something other than the context.
+
+    ``async def wf(order: dict)`` has forgotten ``ctx``: it would be called
+    with the context as ``order`` and fail in every run. Unannotated and
+    unresolvable hints are let through.
+    """
+    if first.annotation is inspect.Parameter.empty:
+        return
+    try:
+        hint = typing.get_type_hints(f).get(first.name, Any)
+    except Exception:
+        return
+    from pyweft.engine.context import WorkflowContext  # the engine imports this module
+
+    origin = typing.get_origin(hint) or hint
+    if (
+        isinstance(origin, type)
+        and hint is not Any
+        and not issubclass(WorkflowContext, origin)
+        and not issubclass(origin, WorkflowContext)
+        and not getattr(origin, "_is_protocol", False)
+    ):
+        raise DefinitionError(
+            f"@workflow {f.__qualname__}: its first parameter {first.name!r} is annotated "
+            f"{getattr(hint, '__name__', hint)!s}, but a workflow's first parameter receives "
+            f"the WorkflowContext; write `async def {f.__name__}(ctx: WorkflowContext, "
+            f"{first.name}: ...)`"
+        )
 
 
 def parse_retention(value: Mapping[str, Duration]) -> dict[str, float]:
@@ -281,6 +405,20 @@ def parse_retention(value: Mapping[str, Duration]) -> dict[str, float]:
             )
         out[status] = parse_duration(duration, field=f"retention[{status!r}]")
     return out
+
+
+def is_activity(obj: object) -> bool:
+    """True when ``obj`` was decorated with ``@activity``."""
+    return isinstance(getattr(obj, _ACTIVITY_ATTR, None), ActivityDefinition)
+
+
+def refuse_activity_as_workflow(obj: object, call: str) -> None:
+    """A clear error for ``engine.start(an_activity)`` and the like, before any lookup."""
+    if is_activity(obj):
+        raise DefinitionError(
+            f"{call} got {_qualname(obj)}, which is an @activity, not a workflow; run it from "
+            "a workflow with ctx.run, or declare a @workflow that does"
+        )
 
 
 def workflow_definition_of(obj: object) -> WorkflowDefinition | None:

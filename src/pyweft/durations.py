@@ -7,20 +7,29 @@ as ``"90s"``, ``"1h30m"`` or ``"2 days"``. Everything becomes float seconds.
 
 The numeric case sits on the engine's hot path, so it is checked first with
 an exact ``type()`` test before anything slower runs.
+
+Points in time (``ctx.sleep_until``, ``start_at``) are parsed here too, so a
+deadline that could not be shown as a date is refused before it is stored.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import NoReturn, TypeAlias
 
-from pyweft.errors import InvalidDurationError
+from pyweft.errors import InvalidDurationError, PyweftError
 
 DurationLike: TypeAlias = int | float | str | timedelta
 """What a duration option accepts: seconds, a ``timedelta``, or a string like ``"1h30m"``."""
+
+MAX_DURATION_S = 36525 * 86400.0
+"""The longest duration accepted: 36525 days (about 100 years).
+
+Anything longer is a mistake (a unit slip, a sentinel such as ``1e300``), and
+keeping every duration below it keeps ``now + duration`` a real date."""
 
 _EXAMPLES = (
     'seconds as a number (90 or 1.5), a datetime.timedelta, or a string such as "90s", '
@@ -47,21 +56,18 @@ _COMPONENTS = re.compile(rf"\s*(?:{_NUMBER}\s*[a-z]+\s*)+")
 
 
 def parse_duration(value: DurationLike, *, field: str = "duration") -> float:
-    """Return ``value`` as a number of seconds (zero or more, finite).
+    """Return ``value`` as a number of seconds (zero up to :data:`MAX_DURATION_S`).
 
     ``field`` names the option in the error message, so a user who wrote
     ``timeout="3 dayz"`` is told which argument to fix.
     """
     if type(value) is float:
-        if 0.0 <= value < math.inf:  # NaN fails both comparisons
+        if 0.0 <= value <= MAX_DURATION_S:  # NaN fails both comparisons
             return value
         _reject_number(value, field)
     if type(value) is int:
-        if value >= 0:
-            try:
-                return float(value)
-            except OverflowError:
-                _reject_number(value, field)
+        if 0 <= value <= MAX_DURATION_S:
+            return float(value)
         _reject_number(value, field)
     return _parse_slow(value, field)
 
@@ -109,13 +115,19 @@ def _trim(number: str) -> str:
     return number.rstrip("0").rstrip(".")
 
 
+_TOO_LONG = (
+    "is too large to be a duration: the longest is 36525 days (about 100 years); "
+    "pass None where no limit is meant"
+)
+
+
 def _reject_number(value: object, field: str) -> NoReturn:
     if isinstance(value, float) and math.isnan(value):
         reason = "is not a number"
     elif isinstance(value, float) and math.isinf(value):
         reason = "is infinite; pass None where no limit is meant"
-    elif isinstance(value, int) and value > 0:
-        reason = "is too large to be a duration"
+    elif isinstance(value, int | float) and value > 0:
+        reason = _TOO_LONG
     else:
         reason = "is negative; durations must be zero or more"
     raise InvalidDurationError(f"Invalid {field}: {_show(value)} {reason}. Use {_EXAMPLES}.")
@@ -137,7 +149,12 @@ def _parse_slow(value: object, field: str) -> float:
                 f"Invalid {field}: {_show(value)} ({value.total_seconds()} seconds) is negative; "
                 f"durations must be zero or more. Use {_EXAMPLES}."
             )
-        return value.total_seconds()
+        seconds = value.total_seconds()
+        if seconds > MAX_DURATION_S:
+            raise InvalidDurationError(
+                f"Invalid {field}: {_show(value)} {_TOO_LONG}. Use {_EXAMPLES}."
+            )
+        return seconds
     if isinstance(value, str):
         return _parse_text(value, field)
     raise InvalidDurationError(
@@ -172,11 +189,48 @@ def _parse_text(text: str, field: str) -> float:
 
 def _finite(total: Decimal, text: str, field: str) -> float:
     seconds = float(total)
-    if not math.isfinite(seconds):
-        raise InvalidDurationError(
-            f"Invalid {field}: {_show(text)} is too large to be a duration. Use {_EXAMPLES}."
-        )
+    if not seconds <= MAX_DURATION_S:  # also catches the overflow to inf
+        raise InvalidDurationError(f"Invalid {field}: {_show(text)} {_TOO_LONG}. Use {_EXAMPLES}.")
     return seconds
 
 
-__all__ = ["DurationLike", "format_duration", "parse_duration", "parse_optional_duration"]
+def parse_timestamp(
+    value: object, *, field: str, error: type[PyweftError] = InvalidDurationError
+) -> float:
+    """Return a point in time as epoch seconds: an aware ``datetime`` or a number.
+
+    The time must be one a ``datetime`` can hold (years 1 to 9999), so NaN,
+    infinities and sentinels such as ``1e300`` are refused with ``error``
+    instead of being stored as a deadline nobody can read back.
+    """
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise error(
+                f"{field} needs a timezone-aware datetime, got naive {value.isoformat()}; "
+                "use datetime.now(timezone.utc) + timedelta(...)"
+            )
+        return value.timestamp()
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            seconds = float(value)
+            datetime.fromtimestamp(seconds, UTC)  # raises unless it is a real date
+        except (OverflowError, ValueError, OSError):
+            raise error(
+                f"{field} must be a time between the years 1 and 9999, got {_show(value)}; "
+                "pass an aware datetime or epoch seconds (time.time() + delay)"
+            ) from None
+        return seconds
+    raise error(
+        f"{field} must be an aware datetime or epoch seconds, got {_show(value)} "
+        f"(of type {type(value).__name__})"
+    )
+
+
+__all__ = [
+    "MAX_DURATION_S",
+    "DurationLike",
+    "format_duration",
+    "parse_duration",
+    "parse_optional_duration",
+    "parse_timestamp",
+]

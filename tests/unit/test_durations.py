@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import math
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pyweft.durations import format_duration, parse_duration, parse_optional_duration
-from pyweft.errors import InvalidDurationError, PyweftError
+from pyweft.durations import (
+    MAX_DURATION_S,
+    format_duration,
+    parse_duration,
+    parse_optional_duration,
+    parse_timestamp,
+)
+from pyweft.errors import InvalidArgumentError, InvalidDurationError, PyweftError
 
 
 @pytest.mark.parametrize(
@@ -20,7 +26,9 @@ from pyweft.errors import InvalidDurationError, PyweftError
         (90, 90.0),
         (1.5, 1.5),
         (0.0, 0.0),
-        (10**12, 1e12),
+        (10**9, 1e9),
+        (MAX_DURATION_S, MAX_DURATION_S),
+        (timedelta(days=36525), MAX_DURATION_S),
         (timedelta(0), 0.0),
         (timedelta(hours=1, minutes=30), 5400.0),
         (timedelta(milliseconds=250), 0.25),
@@ -103,6 +111,12 @@ def test_int_and_float_subclasses_are_accepted_like_their_base() -> None:
         (-math.inf, "infinite"),
         (10**400, "too large"),
         ("9" * 400, "too large"),
+        (1e300, "too large"),
+        (10**12, "too large"),
+        (MAX_DURATION_S + 1, "100 years"),
+        ("36526d", "100 years"),
+        ("1e300", "not a duration"),
+        (timedelta.max, "too large"),
         ("", "not a duration"),
         ("   ", "not a duration"),
         ("abc", "not a duration"),
@@ -155,6 +169,49 @@ def test_optional_duration_passes_none_through_and_parses_the_rest() -> None:
 
 
 @pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        (0, 0.0),
+        (1_700_000_000.5, 1_700_000_000.5),
+        (-86400, -86400.0),  # a time in the past is a time: a sleep until it returns at once
+        (datetime(2030, 1, 1, tzinfo=UTC), datetime(2030, 1, 1, tzinfo=UTC).timestamp()),
+        (datetime(9999, 12, 31, tzinfo=UTC), datetime(9999, 12, 31, tzinfo=UTC).timestamp()),
+    ],
+)
+def test_points_in_time_are_epoch_seconds(value: datetime | float, seconds: float) -> None:
+    assert parse_timestamp(value, field="start_at") == seconds
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        (math.nan, "between the years 1 and 9999"),
+        (math.inf, "between the years 1 and 9999"),
+        (-math.inf, "between the years 1 and 9999"),
+        (1e300, "between the years 1 and 9999"),
+        (10**400, "between the years 1 and 9999"),
+        (253_402_300_800, "between the years 1 and 9999"),  # 10000-01-01
+        (datetime(2030, 1, 1), "naive"),
+        (True, "of type bool"),
+        ("2030-01-01", "of type str"),
+        (None, "of type NoneType"),
+    ],
+)
+def test_times_no_date_can_hold_are_refused_with_the_field_named(
+    value: object, fragment: str
+) -> None:
+    with pytest.raises(InvalidDurationError) as caught:
+        parse_timestamp(value, field="sleep_until")
+    assert "sleep_until" in str(caught.value)
+    assert fragment in str(caught.value)
+
+
+def test_a_time_error_can_be_raised_as_another_typed_error() -> None:
+    with pytest.raises(InvalidArgumentError, match="start_at"):
+        parse_timestamp(math.nan, field="start_at", error=InvalidArgumentError)
+
+
+@pytest.mark.parametrize(
     ("seconds", "text"),
     [
         (0, "0s"),
@@ -185,7 +242,7 @@ def test_formatted_durations_parse_back_to_within_a_millisecond(seconds: float) 
 
 @given(
     st.lists(
-        st.tuples(st.integers(min_value=0, max_value=10_000), st.sampled_from("smhdw")),
+        st.tuples(st.integers(min_value=0, max_value=1_000), st.sampled_from("smhdw")),
         min_size=1,
         max_size=5,
     )

@@ -14,14 +14,22 @@ from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
 from typing import Any, NoReturn, TypeVar, overload
 
-from pyweft.definitions import ActivityDefinition, Duration, RetryPolicy, activity_definition_of
-from pyweft.durations import parse_duration, parse_optional_duration
+from pyweft.definitions import (
+    ActivityDefinition,
+    Duration,
+    RetryPolicy,
+    activity_definition_of,
+    parse_activity_timeout,
+    refuse_activity_as_workflow,
+)
+from pyweft.durations import parse_duration, parse_optional_duration, parse_timestamp
 from pyweft.engine import (
     activities,
     attributes,
     children,
     composition,
     conditions,
+    keys,
     operations,
     recorded,
     reviews,
@@ -38,7 +46,6 @@ from pyweft.errors import (
     ActivityNotRegisteredError,
     DefinitionError,
     InvalidArgumentError,
-    InvalidDurationError,
 )
 
 T = TypeVar("T")
@@ -151,17 +158,25 @@ class WorkflowContext:
         arguments positionally.
         """
         act = self._resolve(activity)
-        step = self._run.alloc_step()
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise InvalidArgumentError(f"ctx.run retry= must be a RetryPolicy, got {retry!r}")
+        # Options are checked before the step number is taken, so a bad one takes none.
+        timeout_s = (
+            act.timeout_s if timeout is None else parse_activity_timeout(timeout, field="timeout")
+        )
+        budget_s = (
+            act.schedule_to_close_s
+            if schedule_to_close is None
+            else parse_activity_timeout(schedule_to_close, field="schedule_to_close")
+        )
         return activities.run_activity(
             self._run,
-            step,
+            self._run.alloc_step(),
             act,
             args,
             retry if retry is not None else act.retry,
-            act.timeout_s if timeout is None else parse_optional_duration(timeout, field="timeout"),
-            act.schedule_to_close_s
-            if schedule_to_close is None
-            else parse_optional_duration(schedule_to_close, field="schedule_to_close"),
+            timeout_s,
+            budget_s,
         )
 
     def _resolve(self, activity: Callable[..., Any] | str) -> ActivityDefinition:
@@ -189,19 +204,7 @@ class WorkflowContext:
 
     def sleep_until(self, when: datetime | float) -> Awaitable[None]:
         """Sleep durably until an absolute time (aware ``datetime`` or epoch seconds)."""
-        if isinstance(when, datetime):
-            if when.tzinfo is None:
-                raise InvalidDurationError(
-                    f"sleep_until needs a timezone-aware datetime, got naive {when.isoformat()}; "
-                    "use datetime.now(timezone.utc) + timedelta(...)"
-                )
-            deadline = when.timestamp()
-        elif isinstance(when, int | float) and not isinstance(when, bool):
-            deadline = float(when)
-        else:
-            raise InvalidDurationError(
-                f"sleep_until expects an aware datetime or epoch seconds, got {when!r}"
-            )
+        deadline = parse_timestamp(when, field="sleep_until")
         return timers.sleep_until(self._run, self._run.alloc_step(), deadline, 0.0)
 
     # --- messages ---------------------------------------------------------------------
@@ -292,7 +295,7 @@ class WorkflowContext:
         ``{"after": "1d", "action": "auto-approve"}``) reassign or decide.
         """
         signals.check_name(review_type, "review type")
-        people = [str(r) for r in reviewers]
+        people = list(reviews.check_people(reviewers, "reviewers"))
         seconds = parse_optional_duration(timeout, field="timeout")
         steps = tuple(Escalation.parse(e) for e in escalation)
         return reviews.review_step(
@@ -356,8 +359,9 @@ class WorkflowContext:
                 f"parent_close_policy must be one of {', '.join(children.POLICIES)}, "
                 f"got {parent_close_policy!r}"
             )
-        if id is not None and (not isinstance(id, str) or not id or len(id.encode()) > 255):
-            raise InvalidArgumentError("child id must be a non-empty string of at most 255 bytes")
+        if id is not None:
+            keys.check_text(id, "child id", keys.MAX_ID_BYTES)
+        refuse_activity_as_workflow(workflow, "ctx.start_child")
         return children.child_step(
             self._run, self._run.alloc_step(), workflow, args, id, parent_close_policy
         )

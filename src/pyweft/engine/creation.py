@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from pyweft.codec import encode_args, payload_size_error
-from pyweft.durations import parse_optional_duration
+from pyweft.durations import parse_optional_duration, parse_timestamp
 from pyweft.engine import keys, records
 from pyweft.engine.core import EngineCore, create_ops
 from pyweft.engine.ownership.claims import ClaimPlan
@@ -27,16 +27,15 @@ from pyweft.errors import (
 )
 from pyweft.storage.base import Expect, Op, Put
 
-MAX_ID_BYTES = 255
+MAX_ID_BYTES = keys.MAX_ID_BYTES
+
+
+MAX_TAG_CHARS = 100
 
 
 def check_id(value: object, what: str) -> str:
-    if not isinstance(value, str) or not value or len(value.encode()) > MAX_ID_BYTES:
-        raise InvalidArgumentError(
-            f"{what} must be a non-empty string of at most {MAX_ID_BYTES} UTF-8 bytes, "
-            f"got {value!r}"
-        )
-    return value
+    """A workflow id (or idempotency key) fit to store and to print; see ``keys.check_text``."""
+    return keys.check_text(value, what, MAX_ID_BYTES)
 
 
 def start_time(now: float, start_delay: Any, start_at: datetime | float | None) -> float | None:
@@ -47,13 +46,7 @@ def start_time(now: float, start_delay: Any, start_at: datetime | float | None) 
         return None if delay is None else now + delay
     if start_at is None:
         return None
-    if isinstance(start_at, datetime):
-        if start_at.tzinfo is None:
-            raise InvalidArgumentError("start_at must be a timezone-aware datetime")
-        return start_at.timestamp()
-    if isinstance(start_at, int | float) and not isinstance(start_at, bool):
-        return float(start_at)
-    raise InvalidArgumentError(f"start_at must be an aware datetime or epoch seconds: {start_at!r}")
+    return parse_timestamp(start_at, field="start_at", error=InvalidArgumentError)
 
 
 async def create(
@@ -85,9 +78,16 @@ async def create(
     workflow_id = check_id(id, "id") if id is not None else str(uuid.uuid4())
     if idempotency_key is not None:
         check_id(idempotency_key, "idempotency_key")
+    if isinstance(tags, str):
+        raise InvalidArgumentError(f"tags must be a list of strings, got the string {tags!r}")
     tag_list = sorted(set(tags))
-    if any(not isinstance(t, str) or not t or len(t) > 100 for t in tag_list):
-        raise InvalidArgumentError("tags must be non-empty strings of at most 100 characters")
+    for tag in tag_list:
+        keys.check_text(tag, "tag", 4 * MAX_TAG_CHARS)
+        if len(tag) > MAX_TAG_CHARS:
+            raise InvalidArgumentError(
+                f"tag {tag[:20]!r}... has {len(tag)} characters; the limit is {MAX_TAG_CHARS}"
+            )
+    definition.check_arguments(args)
     payload = encode_args(core.codec, args)
     if len(payload) > core.max_payload_bytes:
         raise payload_size_error(
@@ -133,8 +133,11 @@ async def create(
         created = await core.committer.commit(*_with_claim(ops, conditions, plan))
     if not created:
         if first_signal is not None:
+            await _check_same_type(core, workflow_id, definition.name, "start_or_signal")
             return workflow_id, False
-        return await _conflict(core, workflow_id, idempotency_key, on_conflict), False
+        existing = await _conflict(core, workflow_id, idempotency_key, on_conflict)
+        await _check_same_type(core, existing, definition.name, "start")
+        return existing, False
     if plan is not None and claims is not None:
         claims.adopt(plan[2])
     core.emit("started", state)
@@ -149,6 +152,27 @@ def _with_claim(
     ops: list[Op], conditions: list[Expect], plan: ClaimPlan | None
 ) -> tuple[list[Op], list[Expect]]:
     return (ops, conditions) if plan is None else (ops + plan[0], conditions + plan[1])
+
+
+async def _check_same_type(
+    core: EngineCore, workflow_id: str, workflow_type: str, call: str
+) -> None:
+    """Refuse to hand back (or signal) an existing run of another workflow type.
+
+    Returning it would give the caller a handle whose result is not what the
+    workflow they named returns, with nothing to say so.
+    """
+    raw = await core.storage.get(keys.wf(workflow_id))
+    if raw is None:
+        return  # purged in between: nothing to mistake for the named workflow
+    existing = records.decode_state(raw)
+    if existing.type != workflow_type:
+        raise WorkflowAlreadyExistsError(
+            f"{call} of workflow {workflow_type!r} found run {workflow_id!r} already there, but "
+            f"that run is of workflow {existing.type!r}, so it is not used; pick another id (or "
+            "idempotency key), or name the workflow that run belongs to",
+            workflow_id=workflow_id,
+        )
 
 
 async def _conflict(

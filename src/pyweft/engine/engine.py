@@ -26,7 +26,9 @@ from pyweft.definitions import (
     Duration,
     WorkflowDefinition,
     activity_definition_of,
+    is_activity,
     parse_retention,
+    refuse_activity_as_workflow,
     workflow,
     workflow_definition_of,
 )
@@ -59,6 +61,7 @@ from pyweft.errors import (
 )
 from pyweft.storage.base import Expect, Put, Storage
 from pyweft.storage.factory import open_storage
+from pyweft.storage.sqlite import SQLiteStorage
 
 log = logging.getLogger("pyweft.engine")
 
@@ -98,7 +101,7 @@ class Engine:
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         max_history_steps: int = DEFAULT_MAX_HISTORY_STEPS,
         activity_threads: int = 32,
-        sqlite_synchronous: Literal["FULL", "NORMAL"] = "FULL",
+        sqlite_synchronous: Literal["FULL", "NORMAL"] | None = None,
         poll_interval: float = 1.0,
         version_mismatch: Literal["fail_run", "raise"] = "fail_run",
         retention: Mapping[str, Duration] | None = None,
@@ -113,6 +116,12 @@ class Engine:
         claim_ttl: Duration = 30.0,
         claim_renew_interval: Duration = 5.0,
     ) -> None:
+        for option, given in (("workflows", workflows), ("activities", activities)):
+            if callable(given) or isinstance(given, str):
+                raise ConfigurationError(
+                    f"{option} must be a list of functions, got {_named(given)} itself; "
+                    f"write {option}=[{getattr(given, '__name__', '...')}]"
+                )
         if type(max_payload_bytes) is not int or max_payload_bytes < 1:
             raise ConfigurationError(
                 f"max_payload_bytes must be a positive int, got {max_payload_bytes!r}"
@@ -151,11 +160,24 @@ class Engine:
             raise ConfigurationError(str(exc)) from exc
         sweep_every = parse_duration(retention_sweep_interval, field="retention_sweep_interval")
         if isinstance(storage, str) or storage is None:
-            store: Storage = open_storage(storage, sqlite_synchronous=sqlite_synchronous)
+            store: Storage = open_storage(storage, sqlite_synchronous=sqlite_synchronous or "FULL")
             self._owns_storage = True
+            if sqlite_synchronous is not None and not isinstance(store, SQLiteStorage):
+                # Adapters open lazily, so dropping this one leaves nothing behind.
+                raise ConfigurationError(
+                    f"sqlite_synchronous={sqlite_synchronous!r} applies only to SQLite stores, "
+                    f"and this engine's store is {type(store).__name__}; drop the option "
+                    "(it would change nothing)"
+                )
         elif isinstance(storage, Storage):
             store = storage
             self._owns_storage = False
+            if sqlite_synchronous is not None:
+                raise ConfigurationError(
+                    f"sqlite_synchronous={sqlite_synchronous!r} is for a store the engine opens "
+                    f"from a URL; this engine was given a ready {type(storage).__name__}, so "
+                    "set synchronous= on that adapter (or pass its URL) instead"
+                )
         else:
             raise ConfigurationError(
                 f"storage must be a URL string, a Storage instance or None, got {storage!r}"
@@ -241,6 +263,12 @@ class Engine:
 
     def register_workflow(self, fn: Callable[..., Any]) -> WorkflowDefinition:
         """Register a workflow function (decorated with ``@workflow`` or a plain ``async def``)."""
+        if is_activity(fn):
+            raise DefinitionError(
+                f"{_named(fn)} is an @activity, not a workflow: pass it in "
+                "Engine(activities=[...]) (or call engine.register_activity) and run it from a "
+                "workflow with ctx.run"
+            )
         definition = workflow_definition_of(fn) or workflow_definition_of(workflow(fn))
         assert definition is not None
         existing = self._core.workflows.get(definition.name)
@@ -254,6 +282,12 @@ class Engine:
 
     def register_activity(self, fn: Callable[..., Any]) -> ActivityDefinition:
         """Register an activity engine-wide so workflows can call it by name."""
+        if workflow_definition_of(fn) is not None:
+            raise DefinitionError(
+                f"{_named(fn)} is a @workflow, not an activity: pass it in "
+                "Engine(workflows=[...]) (or call engine.register_workflow) and start it with "
+                "engine.start or ctx.start_child"
+            )
         definition = activity_definition_of(fn)
         existing = self._core.activities.get(definition.name)
         if existing is not None and existing.fn is not definition.fn:
@@ -492,6 +526,7 @@ class Engine:
         """
         self._core.services_or_raise()
         assert self._signals is not None
+        refuse_activity_as_workflow(wf, "engine.start")
         workflow_id, _ = await creation.create(
             self._core,
             self._signals,
@@ -591,6 +626,7 @@ class Engine:
         """
         self._core.services_or_raise()
         assert self._signals is not None
+        refuse_activity_as_workflow(wf, "engine.start_or_signal")
         if not (isinstance(signal, tuple) and len(signal) == 2):
             raise InvalidArgumentError("signal must be a (name, payload) tuple")
         name, payload = signal
@@ -790,6 +826,10 @@ class Engine:
         """Run one retention pass now (the engine also runs them on its interval)."""
         self._core.services_or_raise()
         return await self._sweeper.sweep()
+
+
+def _named(fn: object) -> str:
+    return str(getattr(fn, "__qualname__", None) or repr(fn))
 
 
 _FILTER_NAMES = {

@@ -12,7 +12,12 @@ T = TypeVar("T")
 
 
 def to_datetime(t: float) -> datetime:
-    return datetime.fromtimestamp(t, tz=UTC)
+    try:
+        return datetime.fromtimestamp(t, tz=UTC)
+    except (OverflowError, ValueError, OSError):
+        # A time stored before the boundary refused such values (NaN, inf,
+        # 1e300): show the nearest date rather than crash every reader.
+        return datetime.max.replace(tzinfo=UTC) if t > 0 else datetime.min.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

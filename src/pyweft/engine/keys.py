@@ -2,6 +2,9 @@
 
 Identifiers are percent-encoded (every byte outside ``[A-Za-z0-9_.~-]``), so
 an id holding ``:`` or ``/`` can never split or collide with another key.
+Every id and name a user hands in passes :func:`check_text` first: no control
+characters (they would reach terminals and logs raw) and no lone surrogates
+(they cannot be encoded at all).
 Numbers are zero-padded so that byte order is numeric order. Separators are
 ``:``. Every prefix the engine owns is listed in ``RESERVED_PREFIXES``.
 
@@ -44,11 +47,17 @@ Layout (``{id}`` is an encoded workflow id):
 
 from __future__ import annotations
 
+import re
 import uuid
 from urllib.parse import quote, unquote
 
+from pyweft.errors import InvalidArgumentError
+
 SCHEMA_KEY = "meta:schema"
 SCHEMA_VERSION = 1
+
+MAX_ID_BYTES = 255
+"""The longest workflow id, child id or idempotency key, in UTF-8 bytes."""
 
 RESERVED_PREFIXES = (
     "meta:", "wf:", "ix:", "idem:", "sig:", "sigseq:", "sigres:", "upd:", "upr:", "upk:", "upo:",
@@ -56,9 +65,52 @@ RESERVED_PREFIXES = (
 )  # fmt: skip
 
 
+# C0 controls, DEL, C1 controls, and the surrogate range (only ever lone in a str).
+_FORBIDDEN = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def check_text(value: object, what: str, max_bytes: int) -> str:
+    """``value`` if it is a usable id or name, else :class:`InvalidArgumentError`.
+
+    Usable: a non-empty ``str`` of at most ``max_bytes`` UTF-8 bytes with no
+    control character (C0, DEL, C1) and no lone surrogate.
+    """
+    if not isinstance(value, str) or not value:
+        raise InvalidArgumentError(
+            f"{what} must be a non-empty string of at most {max_bytes} UTF-8 bytes, "
+            f"got {_show(value)}"
+        )
+    bad = _FORBIDDEN.search(value)
+    if bad is not None:
+        char = bad.group()
+        kind = "a lone surrogate" if "\ud800" <= char <= "\udfff" else "a control character"
+        raise InvalidArgumentError(
+            f"{what} {_show(value)} holds {kind} ({char!r} at index {bad.start()}); ids and "
+            "names must be printable text: drop or replace it (for example with '-')"
+        )
+    size = len(value.encode())
+    if size > max_bytes:
+        raise InvalidArgumentError(
+            f"{what} is {size} UTF-8 bytes; the limit is {max_bytes} (got {_show(value)})"
+        )
+    return value
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def enc(part: str) -> str:
     """Percent-encode one key component (reversible, order-preserving per byte)."""
-    return quote(part, safe="")
+    try:
+        return quote(part, safe="")
+    except UnicodeEncodeError:
+        # A lookup by an id that was never checked (describe, signal...): no run
+        # can have it, since every stored id passed check_text.
+        raise InvalidArgumentError(
+            f"{part!r} holds a lone surrogate, which no id or name may contain"
+        ) from None
 
 
 def dec(part: str) -> str:

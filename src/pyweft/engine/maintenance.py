@@ -88,7 +88,12 @@ async def fork(
             workflow_type=source.type,
         )
     last = max(loaded.journal, default=0)
-    upto = last if from_step is None else min(from_step, last)
+    if from_step is not None and from_step > last:
+        raise InvalidArgumentError(
+            f"cannot fork {source_id!r} from step {from_step}: its last committed step is "
+            f"{last}; pass a from_step between 0 and {last}, or none to take every step"
+        )
+    upto = last if from_step is None else from_step
     workflow_id = new_id or str(uuid.uuid4())
     now = core.clock.now()
     state = WorkflowState(

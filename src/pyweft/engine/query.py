@@ -16,9 +16,9 @@ import binascii
 import heapq
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
+from pyweft.durations import parse_timestamp
 from pyweft.engine import attributes, keys, records
 from pyweft.engine.records import ALL_STATUSES, WorkflowState
 from pyweft.errors import InvalidArgumentError
@@ -97,13 +97,7 @@ def _in_range(value: float, after: float | None, before: float | None) -> bool:
 def _time(value: object, what: str) -> float | None:
     if value is None:
         return None
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            raise InvalidArgumentError(f"{what} must be a timezone-aware datetime")
-        return value.timestamp()
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    raise InvalidArgumentError(f"{what} must be an aware datetime or epoch seconds: {value!r}")
+    return parse_timestamp(value, field=what, error=InvalidArgumentError)
 
 
 def build_filter(

@@ -42,6 +42,17 @@ _ACTIONS = {"auto-approve": "approved", "auto-reject": "rejected"}
 
 log = logging.getLogger("pyweft.reviews")
 
+MAX_PERSON_BYTES = 200
+
+
+def check_people(people: object, what: str) -> tuple[str, ...]:
+    """Reviewer names as a tuple; a bare string is refused (it would split into letters)."""
+    if isinstance(people, str) or not isinstance(people, Iterable):
+        raise InvalidArgumentError(
+            f"{what} must be a list of names, got {people!r}; write [{people!r}] for one person"
+        )
+    return tuple(keys.check_text(p, f"{what} entry", MAX_PERSON_BYTES) for p in people)
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Escalation:
@@ -58,7 +69,7 @@ class Escalation:
             raise InvalidArgumentError(
                 f"escalation action must be 'auto-approve' or 'auto-reject', got {self.action!r}"
             )
-        object.__setattr__(self, "to", tuple(self.to))
+        object.__setattr__(self, "to", check_people(self.to, "escalation to"))
 
     @staticmethod
     def parse(value: Escalation | Mapping[str, Any]) -> Escalation:
@@ -77,7 +88,7 @@ class Escalation:
         return Escalation(
             after=parse_duration(value["after"], field="escalation after"),
             action=action,
-            to=tuple(value.get("to", ())),
+            to=check_people(value.get("to", ()), "escalation to"),
         )
 
 
@@ -344,6 +355,14 @@ def _next_wake(record: ReviewRecord, escalation: Sequence[Escalation]) -> float 
 # --- the reviewer's side -----------------------------------------------------------------
 
 
+def _encodable(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class ReviewDesk:
     """Decisions and listings for people (and the edges that serve them)."""
 
@@ -360,8 +379,14 @@ class ReviewDesk:
             )
         if not isinstance(reviewer, str) or not reviewer.strip():
             raise InvalidArgumentError("reviewer must name who decided (a non-empty string)")
+        keys.check_text(reviewer, "reviewer", MAX_PERSON_BYTES)
+        keys.check_text(review_id, "review_id", keys.MAX_ID_BYTES)
         if feedback is not None and not isinstance(feedback, str):
             raise InvalidArgumentError("feedback must be a string or None")
+        if feedback is not None and not _encodable(feedback):
+            raise InvalidArgumentError(
+                "feedback holds a lone surrogate, which cannot be stored; fix the text's decoding"
+            )
         storage, key = self._services.storage, keys.review(review_id)
         while True:
             raw = await storage.get(key)

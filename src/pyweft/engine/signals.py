@@ -19,7 +19,7 @@ from pyweft.engine import keys, records, waits
 from pyweft.engine.operations import operation
 from pyweft.engine.records import SignalRecord, StepRecord, WorkflowState
 from pyweft.engine.run import Run, RunServices
-from pyweft.errors import InvalidArgumentError, WorkflowTerminalError
+from pyweft.errors import WorkflowTerminalError
 from pyweft.storage.base import Delete, Expect, Op, Put
 
 MAX_SIGNAL_ID_BYTES = 128
@@ -29,23 +29,15 @@ _MAX_SEND_ATTEMPTS = 100
 
 
 def check_name(name: object, what: str) -> str:
-    if not isinstance(name, str) or not name or len(name.encode()) > MAX_NAME_BYTES:
-        raise InvalidArgumentError(
-            f"{what} name must be a non-empty string of at most {MAX_NAME_BYTES} UTF-8 bytes, "
-            f"got {name!r}"
-        )
-    return name
+    """A signal, update or query name (or memo key, change id...) fit to store and print."""
+    return keys.check_text(name, f"{what} name" if what in _NAMED else what, MAX_NAME_BYTES)
+
+
+_NAMED = ("signal", "update", "query")
 
 
 def check_signal_id(signal_id: object) -> str:
-    if not isinstance(signal_id, str) or not signal_id:
-        raise InvalidArgumentError(f"signal_id must be a non-empty string, got {signal_id!r}")
-    size = len(signal_id.encode())
-    if size > MAX_SIGNAL_ID_BYTES:
-        raise InvalidArgumentError(
-            f"signal_id is {size} UTF-8 bytes; the limit is {MAX_SIGNAL_ID_BYTES}"
-        )
-    return signal_id
+    return keys.check_text(signal_id, "signal_id", MAX_SIGNAL_ID_BYTES)
 
 
 def terminal_error(state: WorkflowState, what: str) -> WorkflowTerminalError:

@@ -39,7 +39,6 @@ from pyweft.engine.run import Run, RunServices
 from pyweft.engine.signals import check_name, terminal_error
 from pyweft.errors import (
     DefinitionError,
-    InvalidArgumentError,
     NonDeterminismError,
     PyweftError,
     UpdateFailedError,
@@ -323,12 +322,8 @@ class UpdateClient:
         check_name(name, "update")
         services, storage = self._services, self._services.storage
         data = None if payload is OMITTED else self._encode(payload)
-        if idempotency_key is not None and (
-            not isinstance(idempotency_key, str) or not 0 < len(idempotency_key.encode()) <= 255
-        ):
-            raise InvalidArgumentError(
-                "idempotency_key must be a non-empty string of at most 255 UTF-8 bytes"
-            )
+        if idempotency_key is not None:
+            keys.check_text(idempotency_key, "idempotency_key", keys.MAX_ID_BYTES)
         idem = (
             None
             if idempotency_key is None

@@ -69,7 +69,7 @@ class Engine:
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         max_history_steps: int = DEFAULT_MAX_HISTORY_STEPS,
         activity_threads: int = 32,
-        sqlite_synchronous: Literal["FULL", "NORMAL"] = "FULL",
+        sqlite_synchronous: Literal["FULL", "NORMAL"] | None = None,
         poll_interval: float = 1.0,
         version_mismatch: Literal["fail_run", "raise"] = "fail_run",
         retention: Mapping[str, Duration] | None = None,
