@@ -125,12 +125,18 @@ _RUN_PREFIXES = frozenset(
 )
 
 
+REPAIR_ADVICE = (
+    ". Run `pyweft doctor` to list every damaged key; restore the record from a backup, "
+    "or purge the run"
+)
+
+
 def corrupt(key: str | None, what: str, exc: BaseException | str) -> CorruptRecordError:
     """The error for a stored ``what`` record at ``key`` that cannot be decoded."""
     shown = f"stored record {key!r}" if key else f"a stored {what} record"
+    article = "an" if what[:1] in ("a", "e", "i", "o", "u") else "a"
     return CorruptRecordError(
-        f"{shown} is damaged: it cannot be decoded as a {what} ({exc}). Run `pyweft doctor` "
-        "to list every damaged key; restore the record from a backup, or purge the run",
+        f"{shown} is damaged: it cannot be decoded as {article} {what} ({exc}){REPAIR_ADVICE}",
         key=key or UNKNOWN_KEY,
         workflow_id=workflow_id_of(key) if key else None,
     )

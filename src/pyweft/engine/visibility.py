@@ -11,7 +11,7 @@ from typing import Any
 
 from pyweft.codec import PayloadCodec
 from pyweft.definitions import WorkflowDefinition
-from pyweft.engine import attributes, keys, quarantine, query, records
+from pyweft.engine import attributes, integrity, keys, quarantine, query, records
 from pyweft.engine.info import FAR_PAST, Page, StepInfo, WorkflowInfo, to_datetime
 from pyweft.engine.query import RunFilter
 from pyweft.engine.records import ALL_STATUSES, WorkflowState
@@ -340,6 +340,15 @@ class Visibility:
         groups = [Group(key=k, count=n) for k, n in counts.items()]
         groups.sort(key=lambda g: (-g.count, str(g.key)))
         return groups
+
+    async def check_records(
+        self, *, progress: integrity.Progress | None = None
+    ) -> integrity.StoreCheck:
+        """Decode every record in the store and name each damaged key (``pyweft doctor``).
+
+        Reads the whole store in pages; ``progress(done, total)`` is called after each.
+        """
+        return await integrity.check_records(self._storage, progress=progress)
 
     async def _attrs(self, workflow_id: str) -> dict[str, Any]:
         key = keys.attributes(workflow_id)
