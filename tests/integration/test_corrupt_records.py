@@ -13,11 +13,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
 import psycopg
 import pytest
 from psycopg import sql
 
 from pyweft import CorruptRecordError, Engine, WorkflowContext, activity, workflow
+from pyweft.engine import records
+from pyweft.engine.info import FAR_FUTURE, FAR_PAST
 from support.backends import Backend, postgres_schema, with_schema
 from support.poll import eventually
 
@@ -250,3 +253,30 @@ async def test_a_finished_run_with_a_damaged_journal_entry_can_still_be_purged(
         assert (await engine.describe("old")).status == "quarantined"
         assert await engine.purge(status="completed") == 1
         assert (await engine.list()).items == []
+
+
+async def test_history_and_describe_read_stored_times_no_calendar_holds(store: Store) -> None:
+    await park(store, ["odd"])
+    key = "wf:odd:j:0000000001"
+    step = records.decode_step(store.read(key))
+    odd_step = msgspec.structs.replace(step, started_at=float("inf"), finished_at=1e300)
+    store.write(key, records.encode(odd_step))
+    pending_key = "wf:odd:p:0000000002"
+    pend = records.decode_pending(store.read(pending_key))
+    store.write(pending_key, records.encode(msgspec.structs.replace(pend, deadline=float("nan"))))
+    state = records.decode_state(store.read("wf:odd"))
+    store.write("wf:odd", records.encode(msgspec.structs.replace(state, updated_at=-1e300)))
+
+    async with backend_reader(store) as engine:
+        history = await engine.history("odd")
+        assert [s.step for s in history.steps] == [1, 2]
+        assert history.steps[0].started_at == FAR_FUTURE
+        assert history.steps[0].finished_at == FAR_FUTURE
+        assert history.steps[1].next_attempt_at == FAR_PAST
+        info = await engine.describe("odd")
+        assert info.updated_at == FAR_PAST and info.status == "running"
+
+
+def backend_reader(store: Store) -> Engine:
+    """An engine that only reads: it drives nothing, so the odd records stay as written."""
+    return store.backend.engine(recover=False)
