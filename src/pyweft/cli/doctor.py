@@ -1,24 +1,36 @@
-"""``pyweft doctor``: can this process reach the store, and what does it promise?"""
+"""``pyweft doctor``: can this process reach the store, what does it promise, and is every
+record in it readable?
+
+Doctor decodes every record (a progress bar shows on a terminal for large
+stores), names each damaged key and exits 1 if it found any.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import sys
 from collections import Counter
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
 import typer
-from rich.markup import escape
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 import pyweft
 from pyweft import Engine, PyweftError, SQLiteStorage, Storage, StoreOwnership
 from pyweft.cli import DbOption, JsonOption, render
+from pyweft.cli.render import escape
 from pyweft.storage import default_storage_url
 
 _PAGE = 1000
+PROGRESS_FROM = 20_000  # keys: smaller stores are checked before a bar would be seen
+_SHOWN_UNRECOGNISED = 10
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -45,6 +57,10 @@ class Report:
     lease_expires_at: str | None = None
     lease_live: bool = False
     live_claims: int = 0
+    records_checked: int = 0
+    damaged: list[dict[str, str | None]] = field(default_factory=list)  # key, workflow_id, problem
+    quarantined: list[str] = field(default_factory=list)  # run ids set aside by an engine
+    unrecognised_keys: list[str] = field(default_factory=list)
 
 
 def durability_of(storage: Storage) -> str:
@@ -57,7 +73,10 @@ def durability_of(storage: Storage) -> str:
     return f"survives process crashes, not power loss{mode}"
 
 
-async def examine(url: str) -> Report:
+ProgressHook = Callable[[int, int | None], None]
+
+
+async def examine(url: str, progress: ProgressHook | None = None) -> Report:
     # recover=False: the doctor looks, it never resumes anybody's runs.
     engine = Engine(url, recover=False)
     try:
@@ -66,9 +85,45 @@ async def examine(url: str) -> Report:
         for group in await engine.aggregate(group_by="status"):
             counts[str(group.key)] = group.count
         ownership = await engine.store_ownership()
+        check = await engine.visibility.check_records(progress=progress)
     finally:
         await engine.shutdown()
-    return _report(url, engine, counts, ownership)
+    return dataclasses.replace(
+        _report(url, engine, counts, ownership),
+        records_checked=check.checked,
+        damaged=[
+            {"key": d.key, "workflow_id": d.workflow_id, "problem": d.problem}
+            for d in check.damaged
+        ],
+        quarantined=check.quarantined,
+        unrecognised_keys=check.unrecognised,
+    )
+
+
+@contextmanager
+def _progress_bar(show: bool) -> Iterator[ProgressHook | None]:
+    """A bar on stderr while records are decoded, for large stores on a terminal."""
+    stderr = Console(stderr=True)
+    if not show or not stderr.is_terminal:
+        yield None
+        return
+    bar = Progress(
+        TextColumn("checking records"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=stderr,
+        transient=True,
+    )
+    task = bar.add_task("records", total=None, visible=False)
+
+    def advance(done: int, total: int | None) -> None:
+        if total is not None and total < PROGRESS_FROM:
+            return
+        bar.update(task, completed=done, total=total, visible=True)
+
+    with bar:
+        yield advance
 
 
 def _report(url: str, engine: Engine, counts: Counter[str], ownership: StoreOwnership) -> Report:
@@ -126,14 +181,61 @@ def _print(report: Report) -> None:
         )
     if report.ownership_mode == "workflow-lease":
         grid.add_row("claims", f"{report.live_claims} live run claim(s)")
-    render.console().print(grid)
+    if report.damaged:
+        grid.add_row(
+            "records",
+            f"[bold red]{len(report.damaged)} damaged[/] of {report.records_checked} checked",
+        )
+    else:
+        grid.add_row("records", f"[green]{report.records_checked} checked, all readable[/]")
+    if report.quarantined:
+        ids = ", ".join(escape(i) for i in report.quarantined)
+        grid.add_row("quarantined", f"[red]{len(report.quarantined)} run(s)[/]: {ids}")
+    if report.unrecognised_keys:
+        shown = ", ".join(escape(k) for k in report.unrecognised_keys[:_SHOWN_UNRECOGNISED])
+        more = len(report.unrecognised_keys) - _SHOWN_UNRECOGNISED
+        grid.add_row(
+            "unrecognised",
+            f"[yellow]{len(report.unrecognised_keys)} key(s) pyweft does not know[/]: {shown}"
+            + (f" and {more} more" if more > 0 else ""),
+        )
+    out = render.console()
+    out.print(grid)
+    if report.damaged:
+        out.print()
+        out.print(_damaged_table(report.damaged))
+        out.print()
+        out.print(
+            "Engines quarantine the runs these keys belong to and drive the others. Restore "
+            "the records from a backup (the next engine to open lifts the quarantine), or "
+            "purge a finished run.",
+            soft_wrap=True,
+        )
+
+
+def _damaged_table(damaged: list[dict[str, str | None]]) -> Table:
+    table = Table(show_edge=False, pad_edge=False, header_style="bold")
+    table.add_column("damaged key", overflow="fold")
+    table.add_column("run", overflow="fold")
+    table.add_column("problem", overflow="fold")
+    for row in damaged:
+        table.add_row(
+            escape(row["key"] or ""), escape(row["workflow_id"] or ""), escape(row["problem"] or "")
+        )
+    return table
 
 
 def doctor(db: DbOption = None, as_json: JsonOption = False) -> None:
-    """Check that the store opens and report its durability, schema and run counts."""
+    """Check that the store opens, report its durability, schema and run counts, and decode
+    every record in it.
+
+    Exits 1 when the store cannot be opened, or when a record cannot be decoded;
+    each damaged key is named (under "damaged" with --json).
+    """
     url = db or default_storage_url()
     try:
-        report = asyncio.run(examine(url))
+        with _progress_bar(not as_json) as progress:
+            report = asyncio.run(examine(url, progress))
     except PyweftError as exc:
         if as_json:
             error = {"code": exc.code, "message": str(exc)}
@@ -144,3 +246,5 @@ def doctor(db: DbOption = None, as_json: JsonOption = False) -> None:
         render.print_json(asdict(report))
     else:
         _print(report)
+    if report.damaged:
+        raise typer.Exit(1)

@@ -2,6 +2,12 @@
 
 JSON goes straight to stdout, never through rich, so that no terminal width
 or markup can reflow or colour it. Errors go to stderr on one line.
+
+Everything printed for people that came from the store (ids, names, payload
+previews, error messages) goes through :func:`escape`: rich markup is
+escaped, and control characters, lone surrogates and bidi overrides are shown
+as ``\x1b``-style escapes, so a stored id cannot clear or rewrite the
+terminal. Stored times too far out for a calendar print as ``invalid time``.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from typing import Any
 
 import msgspec
 from rich.console import Console
-from rich.markup import escape
+from rich.markup import escape as escape_markup
 from rich.table import Table
 
 from pyweft import ErrorInfo, Group, HistoryEvent, ReviewInfo, StepInfo, WorkflowInfo
@@ -33,25 +39,46 @@ STATUS_STYLES = {
     "step_completed": "green",
     "step_failed": "red",
     "step_open": "cyan",
+    "quarantined": "bold red",
 }
+
+
+def clean(text: str) -> str:
+    """``text`` with every character that is not printable shown as its escape (``\x1b``)."""
+    if text.isprintable():
+        return text
+    return "".join(
+        ch
+        if ch.isprintable() or ch == " "
+        else ch.encode("unicode_escape", "backslashreplace").decode("ascii")
+        for ch in text
+    )
+
+
+def escape(text: str) -> str:
+    """Text for a rich console: control characters made visible, markup escaped."""
+    return escape_markup(clean(text))
 
 
 def console() -> Console:
     """A console for stdout, created per command so test runners can swap the stream."""
-    return Console(highlight=False)
+    # emoji=False: a stored id such as "ix:a:b" must not print as "ix🅰b".
+    return Console(highlight=False, emoji=False)
 
 
 def error(code: str, message: str) -> None:
     """Print ``error: Code: message`` in red on one line of stderr."""
     line = " ".join(message.split())
-    Console(stderr=True, highlight=False, soft_wrap=True).print(
+    Console(stderr=True, highlight=False, soft_wrap=True, emoji=False).print(
         f"[bold red]error:[/] [red]{escape(code)}: {escape(line)}[/]"
     )
 
 
 def hint(message: str) -> None:
     """Print what to do next on one plain line of stderr (after an :func:`error`)."""
-    Console(stderr=True, highlight=False, soft_wrap=True).print(escape(" ".join(message.split())))
+    Console(stderr=True, highlight=False, soft_wrap=True, emoji=False).print(
+        escape(" ".join(message.split()))
+    )
 
 
 # --- JSON ---------------------------------------------------------------------------
@@ -96,6 +123,8 @@ def info_dict(info: WorkflowInfo) -> dict[str, Any]:
         "tags": info.tags,
         "forked_from": info.forked_from,
         "forked_at_step": info.forked_at_step,
+        "quarantined": info.quarantined,
+        "corrupt_key": info.corrupt_key,
     }
 
 
@@ -143,13 +172,30 @@ def review_dict(review: ReviewInfo) -> dict[str, Any]:
 # --- tables -------------------------------------------------------------------------
 
 
+INVALID_TIME = "invalid time"
+
+
+def _out_of_range(moment: datetime) -> bool:
+    # The engine reports a stored time no calendar holds (inf, nan, 1e300) as a day at
+    # the very edge of datetime's range; nothing real happens in year 1 or 9999.
+    return moment.year <= 1 or moment.year >= 9999
+
+
 def when(moment: datetime | None) -> str:
     """A timestamp in the viewer's local time, to the second."""
-    return "" if moment is None else moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    if moment is None:
+        return ""
+    if _out_of_range(moment):
+        return INVALID_TIME
+    return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")
 
 
 def clock_time(moment: datetime, day: datetime) -> str:
     """Time of day, with the date only when it differs from ``day``'s."""
+    if _out_of_range(moment):
+        return INVALID_TIME
+    if _out_of_range(day):
+        return when(moment)
     local = moment.astimezone()
     text = local.strftime("%H:%M:%S")
     if local.date() != day.astimezone().date():

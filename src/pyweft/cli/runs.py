@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
-from pyweft import Group, History, Page, WorkflowInfo
+from pyweft import CorruptRecordError, Group, History, Page, WorkflowInfo
 from pyweft.cli import DbOption, JsonOption, filters, render, run
 from pyweft.cli.filters import (
     AttrOption,
@@ -23,6 +22,7 @@ from pyweft.cli.filters import (
     UpdatedSinceOption,
     UpdatedUntilOption,
 )
+from pyweft.cli.render import escape
 from pyweft.cli.store import open_engine
 
 IdArgument = Annotated[str, typer.Argument(metavar="ID", help="The workflow run id.")]
@@ -135,27 +135,46 @@ def count_runs(
         render.console().print(render.groups_table(groups, group_by))
 
 
-async def _show(db: str | None, workflow_id: str) -> tuple[WorkflowInfo, History]:
+async def _show(db: str | None, workflow_id: str) -> tuple[WorkflowInfo, History | None]:
     async with open_engine(db) as engine:
-        return await engine.describe(workflow_id), await engine.history(workflow_id)
+        info = await engine.describe(workflow_id)
+        try:
+            return info, await engine.history(workflow_id)
+        except CorruptRecordError:
+            if not info.quarantined:
+                raise  # damaged between the two reads: the error names the key
+            return info, None  # the summary already says which record is damaged
 
 
 def show_run(workflow_id: IdArgument, db: DbOption = None, as_json: JsonOption = False) -> None:
-    """Show one run: its state, result or error, every step, and its events in order."""
+    """Show one run: its state, result or error, every step, and its events in order.
+
+    A quarantined run (a record of it cannot be decoded) shows its summary
+    and the damaged key; its steps cannot be shown until the record is repaired.
+    """
     info, history = run(_show(db, workflow_id))
     if as_json:
         render.print_json(
             {
                 **render.info_dict(info),
                 "attributes": info.attributes or {},
-                "steps": [render.step_dict(s) for s in history.steps],
-                "events": [render.event_dict(e) for e in history.events],
+                "steps": None if history is None else [render.step_dict(s) for s in history.steps],
+                "events": None
+                if history is None
+                else [render.event_dict(e) for e in history.events],
             }
         )
         return
     out = render.console()
     out.print(_summary(info))
     out.print()
+    if history is None:
+        out.print(
+            "steps and events cannot be shown: a record of this run is damaged. "
+            "`pyweft doctor` lists every damaged key",
+            soft_wrap=True,
+        )
+        return
     steps = history.steps
     out.print(render.steps_table(steps, info.created_at) if steps else "no steps recorded yet")
     out.print()
@@ -169,7 +188,7 @@ def _summary(info: WorkflowInfo) -> Table:
     summary.add_column(overflow="fold")
     summary.add_row("id", escape(info.id))
     summary.add_row("status", render.status_text(info.status))
-    summary.add_row("type", f"{escape(info.workflow_type)} (version {info.version})")
+    summary.add_row("type", f"{escape(info.workflow_type)} (version {escape(info.version)})")
     summary.add_row("created", render.when(info.created_at))
     summary.add_row("updated", render.when(info.updated_at))
     if info.parent_id is not None:
@@ -182,6 +201,8 @@ def _summary(info: WorkflowInfo) -> Table:
         summary.add_row(f"attr {escape(name)}", escape(render.value_text(value)))
     if info.status == "completed":
         summary.add_row("result", escape(render.value_text(info.result)))
+    if info.corrupt_key is not None:
+        summary.add_row("damaged", escape(info.corrupt_key))
     if info.error is not None:
         summary.add_row("error", escape(f"{info.error.type}: {info.error.message}"))
     if info.cancel_requested and info.status != "cancelled":

@@ -17,10 +17,10 @@ from contextlib import contextmanager
 from typing import Annotated, Any, Literal
 
 import typer
-from rich.markup import escape
 
 from pyweft import PyweftError, UpdateTimeoutError, WorkflowInfo
 from pyweft.cli import DbOption, JsonOption, forks, json_argument, render, run, runs
+from pyweft.cli.render import escape
 from pyweft.cli.runs import IdArgument
 from pyweft.cli.store import open_engine
 

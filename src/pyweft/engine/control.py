@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from pyweft.engine import lifecycle
+from pyweft.engine import lifecycle, quarantine
 from pyweft.engine.core import EngineCore
 from pyweft.engine.records import TERMINAL_STATUSES
 from pyweft.engine.recovery import ids_with_status
@@ -178,8 +178,8 @@ async def recover_all(core: EngineCore) -> int:
     started = time.perf_counter()
     for workflow_id in await ids_with_status(core.storage, "pending"):
         if workflow_id not in core.pending_timers:
-            state = await core.visibility.state(workflow_id)
-            if state.status == "pending" and state.type in core.workflows:
+            state = await quarantine.state(core, workflow_id)  # None: gone or quarantined
+            if state is not None and state.status == "pending" and state.type in core.workflows:
                 core.arm_pending(state)
     ids = [i for i in await ids_with_status(core.storage, "running") if i not in core.runs]
     resumed = 0

@@ -15,14 +15,13 @@ from typing import Any, Literal
 from pyweft.clock import Clock, TimerHandle
 from pyweft.codec import PayloadCodec, encode_args, payload_size_error
 from pyweft.definitions import ActivityDefinition, WorkflowDefinition, workflow_definition_of
-from pyweft.engine import keys, lifecycle, records
+from pyweft.engine import keys, lifecycle, quarantine, records
 from pyweft.engine.commit import Committer
 from pyweft.engine.context import WorkflowContext
 from pyweft.engine.events import EventBus, WorkflowEvent
 from pyweft.engine.info import to_datetime
 from pyweft.engine.ownership.claims import ClaimRegistry
 from pyweft.engine.records import TERMINAL_STATUSES, ErrorInfo, WorkflowState
-from pyweft.engine.recovery import load_run
 from pyweft.engine.redrive import Redriver
 from pyweft.engine.run import Run, RunServices
 from pyweft.engine.visibility import Visibility
@@ -191,7 +190,7 @@ class EngineCore:
             and not await claims.acquire(workflow_id)
         ):
             return False
-        loaded = await load_run(self.storage, workflow_id)
+        loaded = await quarantine.load(self, workflow_id)  # None if quarantined
         if loaded is None or loaded.state.status != "running" or workflow_id in self.runs:
             if claims is not None and workflow_id not in self.runs:
                 await claims.release_all_of([workflow_id])

@@ -11,13 +11,28 @@ from pyweft.engine.records import ErrorInfo
 T = TypeVar("T")
 
 
+# Stand-ins for stored times no datetime can hold (inf, nan, 1e300 written by an older
+# version). A day inside datetime's range, so that converting to local time still works.
+FAR_FUTURE = datetime(9999, 12, 30, tzinfo=UTC)
+FAR_PAST = datetime(1, 1, 2, tzinfo=UTC)
+
+
 def to_datetime(t: float) -> datetime:
+    """Epoch seconds as an aware datetime; never raises, whatever was stored.
+
+    A time outside datetime's range becomes :data:`FAR_FUTURE` or
+    :data:`FAR_PAST` (NaN counts as the past): readers show it as an invalid
+    time instead of crashing (see :func:`is_out_of_range`).
+    """
     try:
         return datetime.fromtimestamp(t, tz=UTC)
-    except (OverflowError, ValueError, OSError):
-        # A time stored before the boundary refused such values (NaN, inf,
-        # 1e300): show the nearest date rather than crash every reader.
-        return datetime.max.replace(tzinfo=UTC) if t > 0 else datetime.min.replace(tzinfo=UTC)
+    except (OverflowError, OSError, ValueError):
+        return FAR_FUTURE if t > 0 else FAR_PAST
+
+
+def is_out_of_range(moment: datetime) -> bool:
+    """Whether ``moment`` stands for a stored time that was out of range (see above)."""
+    return moment >= FAR_FUTURE or moment <= FAR_PAST
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -63,10 +78,18 @@ class WorkflowInfo:
     forked_from: str | None = None
     forked_at_step: int | None = None
     last_step_at: datetime | None = None  # filled by describe(): when the latest step finished
+    # A record of the run cannot be decoded: status is "quarantined", error says why, and
+    # corrupt_key names the record (docs/concepts/recovery.md, "Damaged records").
+    corrupt_key: str | None = None
 
     @property
     def is_terminal(self) -> bool:
         return self.status in {"completed", "failed", "cancelled", "timed_out"}
+
+    @property
+    def quarantined(self) -> bool:
+        """The run is set aside because a stored record of it cannot be decoded."""
+        return self.corrupt_key is not None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -43,6 +43,7 @@ Layout (``{id}`` is an encoded workflow id):
 ``wake:{id}``                         another process wrote something this run must see
 ``rvix:{status}:{created16}:{review_id}``  reviews by status
 ``rvw:{id}:{review_id}``              reviews of a run (for purge)
+``q:{id}``                            quarantine: a record of this run cannot be decoded
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ MAX_ID_BYTES = 255
 
 RESERVED_PREFIXES = (
     "meta:", "wf:", "ix:", "idem:", "sig:", "sigseq:", "sigres:", "upd:", "upr:", "upk:", "upo:",
-    "upx:", "qry:", "qrs:", "review:", "rvix:", "rvw:", "wake:", "own:",
+    "upx:", "qry:", "qrs:", "review:", "rvix:", "rvw:", "wake:", "own:", "q:",
 )  # fmt: skip
 
 
@@ -304,3 +305,10 @@ def wake_value() -> bytes:
 
 def review_of_run(workflow_id: str, review_id: str) -> str:
     return f"rvw:{enc(workflow_id)}:{enc(review_id)}"
+
+
+QUARANTINE_PREFIX = "q:"
+
+
+def quarantine(workflow_id: str) -> str:
+    return QUARANTINE_PREFIX + enc(workflow_id)

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Mapping
 
 from pyweft.clock import TimerHandle
-from pyweft.engine import attributes, keys, query, records
+from pyweft.engine import attributes, keys, quarantine, query, records
 from pyweft.engine.core import EngineCore, create_ops
 from pyweft.engine.query import RunFilter
 from pyweft.engine.records import TERMINAL_STATUSES, WorkflowState
@@ -17,6 +17,7 @@ from pyweft.engine.recovery import load_run
 from pyweft.engine.run import Run
 from pyweft.engine.visibility import not_found
 from pyweft.errors import (
+    CorruptRecordError,
     InvalidArgumentError,
     WorkflowAlreadyExistsError,
     WorkflowNotRegisteredError,
@@ -43,9 +44,9 @@ async def set_attributes(core: EngineCore, workflow_id: str, values: Mapping[str
         state_raw = await core.storage.get(keys.wf(workflow_id))
         if state_raw is None:
             raise not_found(workflow_id)
-        state = records.decode_state(state_raw)
+        state = records.decode_state(state_raw, key=keys.wf(workflow_id))
         attrs_raw = await core.storage.get(attrs_key)
-        old = records.decode_attributes(attrs_raw) if attrs_raw else {}
+        old = records.decode_attributes(attrs_raw, key=attrs_key) if attrs_raw else {}
         ops = attributes.changes(workflow_id, state.created_at, old, attributes.merged(old, update))
         # The engine driving the run (elsewhere) must reload them before it sets its own.
         ops.append(Put(key=keys.wake(workflow_id), value=keys.wake_value()))
@@ -159,21 +160,32 @@ async def fork(
 async def purge_run(core: EngineCore, workflow_id: str) -> bool:
     """Delete a finished run and everything that belongs to it. False if not finished.
 
-    Its idempotency key mapping is kept, so the key stays spent.
+    Its idempotency key mapping is kept, so the key stays spent. Only the
+    state and attributes are decoded (they name the index keys to delete), so
+    a finished run with a damaged journal entry can still be purged; a damaged
+    state record raises ``CorruptRecordError``.
     """
     storage = core.storage
-    loaded = await load_run(storage, workflow_id)
-    if loaded is None or loaded.state.status not in TERMINAL_STATUSES:
-        return False
-    state = loaded.state
     prefix, start, end = keys.run_range(workflow_id)
-    doomed = [k for k, _ in await storage.scan(prefix, start=start, end=end)]
-    doomed = [k for k in doomed if keys.belongs_to_run(k, prefix)]
+    rows = [(k, v) for k, v in await storage.scan(prefix, start=start, end=end)]
+    rows = [(k, v) for k, v in rows if keys.belongs_to_run(k, prefix)]
+    stored = dict(rows)
+    state_raw = stored.get(prefix)
+    if state_raw is None:
+        return False
+    state = records.decode_state(state_raw, key=prefix)
+    if state.status not in TERMINAL_STATUSES:
+        return False
+    attrs_raw = stored.get(keys.attributes(workflow_id))
+    attrs = (
+        records.decode_attributes(attrs_raw, key=keys.attributes(workflow_id)) if attrs_raw else {}
+    )
+    doomed = [k for k, _ in rows]
     doomed += keys.index_keys(state.id, state.type, state.status, state.created_at)
     doomed += keys.extra_index_keys(state.id, state.created_at, state.parent_id, state.tags)
     doomed.append(keys.updated_index(state.id, state.updated_at))
     doomed.append(keys.end_index(state.status, state.ended_at or state.updated_at, state.id))
-    for name, value in loaded.attributes.items():
+    for name, value in attrs.items():
         for enc in attributes.index_values(value):
             doomed.append(attributes.index_key(name, enc, state.created_at, state.id))
     for scan_prefix in (
@@ -194,12 +206,16 @@ async def purge_run(core: EngineCore, workflow_id: str) -> bool:
         review_id = keys.id_from_index_key(key)
         raw = await storage.get(keys.review(review_id))
         if raw is not None:
-            review = records.decode_review(raw)
             doomed.append(keys.review(review_id))
-            doomed.append(keys.review_index(review.status, review.created_at, review_id))
+            try:
+                review = records.decode_review(raw, key=keys.review(review_id))
+            except CorruptRecordError:
+                pass  # its index entry stays behind; doctor reports the orphan
+            else:
+                doomed.append(keys.review_index(review.status, review.created_at, review_id))
         doomed.append(key)
     ops: list[Op] = [Delete(key=k) for k in dict.fromkeys(doomed)]
-    return await core.committer.commit(ops, [Expect(key=prefix, value=loaded.state_raw)])
+    return await core.committer.commit(ops, [Expect(key=prefix, value=state_raw)])
 
 
 async def purge(core: EngineCore, flt: RunFilter) -> int:
@@ -212,8 +228,11 @@ async def purge(core: EngineCore, flt: RunFilter) -> int:
     victims = [state.id async for _, state, _ in query.matching(core.storage, narrowed)]
     purged = 0
     for workflow_id in victims:
-        if await purge_run(core, workflow_id):
-            purged += 1
+        try:
+            if await purge_run(core, workflow_id):
+                purged += 1
+        except CorruptRecordError as exc:  # damaged since it was listed: leave it, go on
+            log.warning("not purging %r: %s", workflow_id, exc)
     return purged
 
 
@@ -298,11 +317,17 @@ class RetentionSweeper:
                 if raw is None:
                     await core.committer.commit([Delete(key=key)])
                     continue
-                state = records.decode_state(raw)
-                keep = self.retention_for(state.type, status)
-                ended = state.ended_at or state.updated_at
-                if keep is not None and ended + keep <= now and await purge_run(core, workflow_id):
-                    purged += 1
+                try:
+                    state = records.decode_state(raw, key=keys.wf(workflow_id))
+                    keep = self.retention_for(state.type, status)
+                    ended = state.ended_at or state.updated_at
+                    if keep is None or ended + keep > now:
+                        continue
+                    if await purge_run(core, workflow_id):
+                        purged += 1
+                except CorruptRecordError as exc:  # logged once; the sweep goes on
+                    await quarantine.report(core, workflow_id, exc)
+                    continue
                 if purged >= self._batch:
                     return purged
         return purged

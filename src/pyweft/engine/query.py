@@ -21,7 +21,7 @@ from typing import Any
 from pyweft.durations import parse_timestamp
 from pyweft.engine import attributes, keys, records
 from pyweft.engine.records import ALL_STATUSES, WorkflowState
-from pyweft.errors import InvalidArgumentError
+from pyweft.errors import CorruptRecordError, InvalidArgumentError
 from pyweft.storage.base import Storage, prefix_end
 
 _CHUNK = 256
@@ -71,6 +71,17 @@ class RunFilter:
     updated_before: float | None = None
     attributes: tuple[AttrCondition, ...] = ()
     tags: tuple[str, ...] = ()
+
+    def matches_position(self, position: str) -> bool:
+        """What can be checked of a run from its index position alone (id and creation time).
+
+        Used for a run whose state record cannot be decoded: it is listed (as
+        quarantined) when these hold, since the driving index named it.
+        """
+        created, _, encoded = position.partition(":")
+        if self.id_prefix is not None and not keys.dec(encoded).startswith(self.id_prefix):
+            return False
+        return _in_range(int(created) / 1e6, self.created_after, self.created_before)
 
     def matches(self, state: WorkflowState, attrs: Mapping[str, object]) -> bool:
         if self.statuses and state.status not in self.statuses:
@@ -311,14 +322,41 @@ def _unordered(storage: Storage, flt: RunFilter, after: str | None) -> AsyncIter
     return _ordered(storage, "ix:a:", flt, after)
 
 
+def is_position(position: str) -> bool:
+    """Whether an index entry has the ``{created16}:{encoded id}`` form every index writes.
+
+    Anything else (a key of an unknown form, damaged or written by something
+    else) is skipped by listings, and named by ``pyweft doctor``.
+    """
+    created, sep, encoded = position.partition(":")
+    return bool(sep) and len(created) == 16 and created.isdigit() and bool(encoded)
+
+
+Found = tuple[str, WorkflowState | CorruptRecordError, dict[str, Any]]
+
+
 async def matching(
     storage: Storage, flt: RunFilter, after: str | None = None
 ) -> AsyncIterator[tuple[str, WorkflowState, dict[str, Any]]]:
-    """Runs matching ``flt``, newest first: (position, state, attributes)."""
+    """Runs matching ``flt``, newest first: (position, state, attributes).
+
+    Runs whose records cannot be decoded are left out; see :func:`found`.
+    """
+    async for position, state, attrs in found(storage, flt, after):
+        if isinstance(state, WorkflowState):
+            yield position, state, attrs
+
+
+async def found(storage: Storage, flt: RunFilter, after: str | None = None) -> AsyncIterator[Found]:
+    """Like :func:`matching`, but a run whose state (or attributes) cannot be decoded is
+    yielded too, with the ``CorruptRecordError`` in place of its state, when the filter's
+    id and creation-time conditions hold for it."""
     need_attrs = bool(flt.attributes)
     batch: list[str] = []
     size = 16  # grows: a first page is cheap, long scans read in bigger gulps
     async for position in candidates(storage, flt, after):
+        if not is_position(position):
+            continue
         batch.append(position)
         if len(batch) >= size:
             async for hit in _fetch(storage, flt, batch, need_attrs):
@@ -330,7 +368,7 @@ async def matching(
 
 async def _fetch(
     storage: Storage, flt: RunFilter, positions: list[str], need_attrs: bool
-) -> AsyncIterator[tuple[str, WorkflowState, dict[str, Any]]]:
+) -> AsyncIterator[Found]:
     """Read the candidates' states (and attributes) together, then filter in order."""
     ids = [keys.dec(p.split(":", 1)[1]) for p in positions]
     reads = [storage.get(keys.wf(i)) for i in ids]
@@ -341,10 +379,16 @@ async def _fetch(
         raw = raws[n]
         if raw is None:
             continue
-        state = records.decode_state(raw)
-        attrs: dict[str, Any] = {}
-        if need_attrs:
-            attrs_raw = raws[len(ids) + n]
-            attrs = records.decode_attributes(attrs_raw) if attrs_raw else {}
+        try:
+            state = records.decode_state(raw, key=keys.wf(ids[n]))
+            attrs: dict[str, Any] = {}
+            if need_attrs:
+                attrs_raw = raws[len(ids) + n]
+                attrs_key = keys.attributes(ids[n])
+                attrs = records.decode_attributes(attrs_raw, key=attrs_key) if attrs_raw else {}
+        except CorruptRecordError as exc:
+            if flt.matches_position(position):
+                yield position, exc, {}
+            continue
         if flt.matches(state, attrs):
             yield position, state, attrs

@@ -4,13 +4,24 @@ These are the engine's own bookkeeping, not user payloads: user values are
 stored as already-encoded ``bytes`` fields produced by the PayloadCodec.
 Records are ``array_like`` for compactness and speed; new fields may only be
 appended with defaults so older stores keep decoding.
+
+Every ``decode_*`` function turns a record it cannot read (garbage bytes, a
+truncated value, a field of the wrong type) into
+:class:`~pyweft.errors.CorruptRecordError` naming the key, never a raw
+``msgspec`` error: callers pass ``key=`` so that the error says which record
+to look at, and recovery can set that one run aside (see ``quarantine``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
+from urllib.parse import unquote
 
 import msgspec
+
+from pyweft.errors import CorruptRecordError
+
+T = TypeVar("T")
 
 Status = Literal["pending", "running", "suspended", "completed", "failed", "cancelled", "timed_out"]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled", "timed_out"})
@@ -98,17 +109,56 @@ _pending_dec = msgspec.msgpack.Decoder(PendingStep)
 
 encode = _enc.encode
 
-
-def decode_state(raw: bytes) -> WorkflowState:
-    return _state_dec.decode(raw)
+UNKNOWN_KEY = "(key not given)"
 
 
-def decode_step(raw: bytes) -> StepRecord:
-    return _step_dec.decode(raw)
+def workflow_id_of(key: str) -> str | None:
+    """The run a stored key belongs to, for keys laid out per run (``wf:``, ``sig:``...)."""
+    prefix, sep, rest = key.partition(":")
+    if not sep or prefix not in _RUN_PREFIXES:
+        return None
+    return unquote(rest.split(":", 1)[0]) or None
 
 
-def decode_pending(raw: bytes) -> PendingStep:
-    return _pending_dec.decode(raw)
+_RUN_PREFIXES = frozenset(
+    {"wf", "sig", "sigseq", "sigres", "upd", "upk", "upx", "qry", "qrs", "wake", "rvw", "q"}
+)
+
+
+REPAIR_ADVICE = (
+    ". Run `pyweft doctor` to list every damaged key; restore the record from a backup, "
+    "or purge the run"
+)
+
+
+def corrupt(key: str | None, what: str, exc: BaseException | str) -> CorruptRecordError:
+    """The error for a stored ``what`` record at ``key`` that cannot be decoded."""
+    shown = f"stored record {key!r}" if key else f"a stored {what} record"
+    article = "an" if what[:1] in ("a", "e", "i", "o", "u") else "a"
+    return CorruptRecordError(
+        f"{shown} is damaged: it cannot be decoded as {article} {what} ({exc}){REPAIR_ADVICE}",
+        key=key or UNKNOWN_KEY,
+        workflow_id=workflow_id_of(key) if key else None,
+    )
+
+
+def _decode(decoder: msgspec.msgpack.Decoder[T], raw: bytes, key: str | None, what: str) -> T:
+    try:
+        return decoder.decode(raw)
+    except (ValueError, TypeError, OverflowError) as exc:  # msgspec's errors are ValueErrors
+        raise corrupt(key, what, exc) from exc
+
+
+def decode_state(raw: bytes, *, key: str | None = None) -> WorkflowState:
+    return _decode(_state_dec, raw, key, "workflow state")
+
+
+def decode_step(raw: bytes, *, key: str | None = None) -> StepRecord:
+    return _decode(_step_dec, raw, key, "journal entry")
+
+
+def decode_pending(raw: bytes, *, key: str | None = None) -> PendingStep:
+    return _decode(_pending_dec, raw, key, "open step")
 
 
 def error_info(exc: BaseException) -> ErrorInfo:
@@ -212,18 +262,48 @@ _review_dec = msgspec.msgpack.Decoder(ReviewRecord)
 _query_dec = msgspec.msgpack.Decoder(QueryRequest)
 _query_response_dec = msgspec.msgpack.Decoder(QueryResponse)
 
-decode_signal = _signal_dec.decode
-decode_update = _update_dec.decode
-decode_response = _response_dec.decode
-decode_applied = _applied_dec.decode
-decode_review = _review_dec.decode
-decode_query = _query_dec.decode
-decode_query_response = _query_response_dec.decode
+
+def decode_signal(raw: bytes, *, key: str | None = None) -> SignalRecord:
+    return _decode(_signal_dec, raw, key, "signal")
+
+
+def decode_update(raw: bytes, *, key: str | None = None) -> UpdateRequest:
+    return _decode(_update_dec, raw, key, "update request")
+
+
+def decode_response(raw: bytes, *, key: str | None = None) -> UpdateResponse:
+    return _decode(_response_dec, raw, key, "update response")
+
+
+def decode_applied(raw: bytes, *, key: str | None = None) -> AppliedUpdate:
+    return _decode(_applied_dec, raw, key, "applied update")
+
+
+def decode_review(raw: bytes, *, key: str | None = None) -> ReviewRecord:
+    return _decode(_review_dec, raw, key, "review")
+
+
+def decode_query(raw: bytes, *, key: str | None = None) -> QueryRequest:
+    return _decode(_query_dec, raw, key, "query request")
+
+
+def decode_query_response(raw: bytes, *, key: str | None = None) -> QueryResponse:
+    return _decode(_query_response_dec, raw, key, "query response")
 
 
 _any_dec = msgspec.msgpack.Decoder()
 
 
-def decode_attributes(raw: bytes) -> dict[str, Any]:
-    value = _any_dec.decode(raw)
-    return value if isinstance(value, dict) else {}
+def decode_attributes(raw: bytes, *, key: str | None = None) -> dict[str, Any]:
+    value = _decode(_any_dec, raw, key, "search attributes")
+    if not isinstance(value, dict):
+        raise corrupt(key, "search attributes", f"a {type(value).__name__}, not a map")
+    return value
+
+
+def decode_version_pin(raw: bytes, *, key: str | None = None) -> int:
+    """A ``ctx.get_version`` pin: the chosen version as decimal text."""
+    try:
+        return int(raw)
+    except (ValueError, TypeError) as exc:
+        raise corrupt(key, "version pin", exc) from exc

@@ -11,12 +11,13 @@ from typing import Any
 
 from pyweft.codec import PayloadCodec
 from pyweft.definitions import WorkflowDefinition
-from pyweft.engine import attributes, keys, query, records
-from pyweft.engine.info import Page, StepInfo, WorkflowInfo, to_datetime
+from pyweft.engine import attributes, integrity, keys, quarantine, query, records
+from pyweft.engine.info import FAR_PAST, Page, StepInfo, WorkflowInfo, to_datetime
 from pyweft.engine.query import RunFilter
 from pyweft.engine.records import ALL_STATUSES, WorkflowState
 from pyweft.engine.recovery import load_run
 from pyweft.errors import (
+    CorruptRecordError,
     InvalidArgumentError,
     PyweftError,
     WorkflowCancelledError,
@@ -27,6 +28,8 @@ from pyweft.errors import (
 from pyweft.storage.base import Storage
 
 MAX_PAGE = 1000
+QUARANTINED = "quarantined"  # the status readers report for a quarantined run
+UNREADABLE = "(unreadable)"  # a field of a run whose state record cannot be decoded
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -99,13 +102,24 @@ class Visibility:
         self._workflows = workflows
 
     async def state_raw(self, workflow_id: str) -> tuple[bytes, WorkflowState]:
-        raw = await self._storage.get(keys.wf(workflow_id))
+        key = keys.wf(workflow_id)
+        raw = await self._storage.get(key)
         if raw is None:
             raise not_found(workflow_id)
-        return raw, records.decode_state(raw)
+        return raw, records.decode_state(raw, key=key)
 
     async def state(self, workflow_id: str) -> WorkflowState:
-        return (await self.state_raw(workflow_id))[1]
+        """The stored state; ``CorruptRecordError`` if the run is quarantined.
+
+        A run that has not finished is checked for a quarantine marker, so that
+        ``result()`` fails with the damaged key instead of waiting for ever.
+        """
+        state = (await self.state_raw(workflow_id))[1]
+        if state.status not in records.TERMINAL_STATUSES:
+            found = await quarantine.marker(self._storage, workflow_id)
+            if found is not None:
+                raise quarantine.error_of(found)
+        return state
 
     def _result(self, state: WorkflowState) -> Any:
         if state.result is None:
@@ -116,12 +130,49 @@ class Visibility:
         except PyweftError:
             return self._codec.decode(state.result)
 
+    def _listed_result(self, state: WorkflowState) -> Any:
+        """The result for a listing, where one damaged payload must not fail the page."""
+        try:
+            return self._result(state)
+        except PyweftError:
+            return None
+
+    def _quarantined(self, info: WorkflowInfo, exc: CorruptRecordError) -> WorkflowInfo:
+        error = records.ErrorInfo(type=exc.code, message=str(exc), code=exc.code)
+        return dataclasses.replace(info, status=QUARANTINED, error=error, corrupt_key=exc.key)
+
+    def _unreadable(
+        self, workflow_id: str, created_at: float | None, exc: CorruptRecordError
+    ) -> WorkflowInfo:
+        """A run whose state record cannot be decoded: what its keys still tell."""
+        created = FAR_PAST if created_at is None else to_datetime(created_at)
+        info = WorkflowInfo(
+            id=workflow_id,
+            workflow_type=UNREADABLE,
+            version=UNREADABLE,
+            status=QUARANTINED,
+            created_at=created,
+            updated_at=created,
+        )
+        return self._quarantined(info, exc)
+
+    async def _created_at(self, workflow_id: str) -> float | None:
+        """A run's creation time from its id index entry (for an unreadable state record)."""
+        prefix = f"ix:id:{keys.enc(workflow_id)}:"
+        for key, _ in await self._storage.scan(prefix, limit=1):
+            stamp = key[len(prefix) :]
+            if len(stamp) == 16 and stamp.isdigit():
+                return int(stamp) / 1e6
+        return None
+
     def _info(
         self,
         state: WorkflowState,
         step_count: int | None,
         updated: float,
         attrs: dict[str, Any] | None = None,
+        *,
+        listed: bool = False,
     ) -> WorkflowInfo:
         return WorkflowInfo(
             id=state.id,
@@ -131,7 +182,7 @@ class Visibility:
             created_at=to_datetime(state.created_at),
             updated_at=to_datetime(updated),
             step_count=step_count,
-            result=self._result(state),
+            result=self._listed_result(state) if listed else self._result(state),
             error=state.error,
             cancel_requested=state.cancel_requested,
             parent_id=state.parent_id,
@@ -142,7 +193,11 @@ class Visibility:
         )
 
     async def describe(self, workflow_id: str) -> WorkflowInfo:
-        loaded = await load_run(self._storage, workflow_id)
+        """The run as stored; a run with a damaged record is reported ``quarantined``."""
+        try:
+            loaded = await load_run(self._storage, workflow_id)
+        except CorruptRecordError as exc:
+            return await self._describe_damaged(workflow_id, exc)
         if loaded is None:
             raise not_found(workflow_id)
         info = self._info(
@@ -151,7 +206,20 @@ class Visibility:
         last = max((r.finished_at for r in loaded.journal.values()), default=None)
         return dataclasses.replace(info, last_step_at=None if last is None else to_datetime(last))
 
+    async def _describe_damaged(self, workflow_id: str, exc: CorruptRecordError) -> WorkflowInfo:
+        key = keys.wf(workflow_id)
+        raw = await self._storage.get(key)
+        try:
+            state = None if raw is None else records.decode_state(raw, key=key)
+        except CorruptRecordError:
+            state = None
+        if state is None:
+            return self._unreadable(workflow_id, await self._created_at(workflow_id), exc)
+        info = self._info(state, None, state.updated_at, listed=True)
+        return self._quarantined(info, exc)
+
     async def history(self, workflow_id: str) -> History:
+        """Every step and event of a run; ``CorruptRecordError`` if a record is damaged."""
         loaded = await load_run(self._storage, workflow_id)
         if loaded is None:
             raise not_found(workflow_id)
@@ -224,11 +292,20 @@ class Visibility:
         items: list[WorkflowInfo] = []
         last: str | None = None
         more = False
-        async for position, state, _ in query.matching(self._storage, flt, after):
+        marked = await quarantine.markers(self._storage)
+        async for position, state, _ in query.found(self._storage, flt, after):
             if len(items) == limit:
                 more = True
                 break
-            items.append(self._info(state, None, state.updated_at))
+            if isinstance(state, CorruptRecordError):
+                created = int(position.split(":", 1)[0]) / 1e6
+                items.append(self._unreadable(keys.dec(position.split(":", 1)[1]), created, state))
+            else:
+                info = self._info(state, None, state.updated_at, listed=True)
+                marker = marked.get(state.id)
+                if marker is not None and not info.is_terminal:
+                    info = self._quarantined(info, quarantine.error_of(marker))
+                items.append(info)
             last = position
         next_cursor = query.encode_cursor(last) if more and last is not None else None
         return Page(items=items, next_cursor=next_cursor)
@@ -264,9 +341,19 @@ class Visibility:
         groups.sort(key=lambda g: (-g.count, str(g.key)))
         return groups
 
+    async def check_records(
+        self, *, progress: integrity.Progress | None = None
+    ) -> integrity.StoreCheck:
+        """Decode every record in the store and name each damaged key (``pyweft doctor``).
+
+        Reads the whole store in pages; ``progress(done, total)`` is called after each.
+        """
+        return await integrity.check_records(self._storage, progress=progress)
+
     async def _attrs(self, workflow_id: str) -> dict[str, Any]:
-        raw = await self._storage.get(keys.attributes(workflow_id))
-        return records.decode_attributes(raw) if raw else {}
+        key = keys.attributes(workflow_id)
+        raw = await self._storage.get(key)
+        return records.decode_attributes(raw, key=key) if raw else {}
 
     async def _count_index(self, group_by: str, attr: str | None, counts: dict[Any, int]) -> None:
         storage = self._storage
@@ -281,7 +368,10 @@ class Visibility:
         prefix = "ix:t:" if attr is None else attributes.index_prefix(attr)
         for key, _ in await storage.scan(prefix):
             part = key[len(prefix) :].split(":", 1)[0]
-            value = keys.dec(part) if attr is None else attributes.decode_value(part)
+            try:
+                value = keys.dec(part) if attr is None else attributes.decode_value(part)
+            except (ValueError, OverflowError):
+                continue  # an index key of an unknown form: doctor names it
             counts[value] = counts.get(value, 0) + 1
 
 

@@ -16,10 +16,11 @@ import asyncio
 import contextlib
 import logging
 
-from pyweft.engine import keys, records, run_queries
+from pyweft.engine import keys, quarantine, records, run_queries
 from pyweft.engine.commit import WAKE_TOPIC
 from pyweft.engine.core import EngineCore
 from pyweft.engine.run import Run
+from pyweft.errors import CorruptRecordError
 from pyweft.storage.base import Delete, Expect, Unlisten
 
 log = logging.getLogger("pyweft.wakeups")
@@ -80,10 +81,15 @@ class WakeupPoller:
             workflow_id = keys.dec(key[len("wake:") :])
             run = core.runs.get(workflow_id)
             if run is None:
-                state_raw = await core.storage.get(keys.wf(workflow_id))
-                finished = state_raw is None or (
-                    records.decode_state(state_raw).status in records.TERMINAL_STATUSES
-                )
+                state_key = keys.wf(workflow_id)
+                state_raw = await core.storage.get(state_key)
+                try:
+                    finished = state_raw is None or (
+                        records.decode_state(state_raw, key=state_key).status
+                        in records.TERMINAL_STATUSES
+                    )
+                except CorruptRecordError:
+                    finished = False  # not ours to judge: adopting it below quarantines it
                 # A marker of a finished (or purged) run is stale: nobody needs it.
                 if not finished and (
                     not self._adopt_orphans or not await core.resume_run(workflow_id)
@@ -92,7 +98,11 @@ class WakeupPoller:
                 if not finished:
                     continue  # adopted just now: its queries wait for its handlers (next scan)
             else:
-                await wake(core, run)
+                try:
+                    await wake(core, run)
+                except CorruptRecordError as exc:  # one damaged run must not stall the others
+                    await quarantine.report(core, workflow_id, exc)
+                    continue
                 if run.replaying:
                     continue  # its query handlers are not all back yet: look again next scan
                 await run_queries.answer_pending(core, run)
@@ -105,7 +115,7 @@ async def wake(core: EngineCore, run: Run) -> None:
     """Bring a live run up to date with its stored state, then let it look again."""
     raw = await core.storage.get(keys.wf(run.id))
     if raw is not None and raw != run.state_raw:
-        state = records.decode_state(raw)
+        state = records.decode_state(raw, key=keys.wf(run.id))
         if state.status != "running":
             # Suspended, or finished by someone else: stop driving without writing.
             run.tear_down(f"it is {state.status} in the store")
@@ -113,7 +123,7 @@ async def wake(core: EngineCore, run: Run) -> None:
         await run.adopt_state(state, raw)
     attrs_raw = await core.storage.get(keys.attributes(run.id))
     if attrs_raw is not None:
-        stored = records.decode_attributes(attrs_raw)
+        stored = records.decode_attributes(attrs_raw, key=keys.attributes(run.id))
         staged = keys.attributes(run.id) in run.staged
         # Attributes set from outside join the run's view; changes the run has not
         # committed yet win over them.
