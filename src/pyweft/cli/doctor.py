@@ -16,6 +16,7 @@ from rich.table import Table
 import pyweft
 from pyweft import Engine, PyweftError, SQLiteStorage, Storage, StoreOwnership
 from pyweft.cli import DbOption, JsonOption, render
+from pyweft.cli.store import open_engine
 from pyweft.storage import default_storage_url
 
 _PAGE = 1000
@@ -58,16 +59,12 @@ def durability_of(storage: Storage) -> str:
 
 
 async def examine(url: str) -> Report:
-    # recover=False: the doctor looks, it never resumes anybody's runs.
-    engine = Engine(url, recover=False)
-    try:
-        await engine.open()
+    # A read-only client: the doctor looks; it never writes or resumes anybody's runs.
+    async with open_engine(url, read_only=True) as engine:
         counts: Counter[str] = Counter()
         for group in await engine.aggregate(group_by="status"):
             counts[str(group.key)] = group.count
         ownership = await engine.store_ownership()
-    finally:
-        await engine.shutdown()
     return _report(url, engine, counts, ownership)
 
 

@@ -81,9 +81,15 @@ class WakeupPoller:
             run = core.runs.get(workflow_id)
             if run is None:
                 state_raw = await core.storage.get(keys.wf(workflow_id))
-                finished = state_raw is None or (
-                    records.decode_state(state_raw).status in records.TERMINAL_STATUSES
-                )
+                state = records.decode_state(state_raw) if state_raw is not None else None
+                finished = state is None or state.status in records.TERMINAL_STATUSES
+                if state is not None and state.status == "pending":
+                    # Created for later by a client: arm its start timer here.
+                    if not self._adopt_orphans or state.type not in core.workflows:
+                        continue
+                    if workflow_id not in core.pending_timers:
+                        core.arm_pending(state)
+                    finished = True  # nothing more to adopt: the marker has done its job
                 # A marker of a finished (or purged) run is stale: nobody needs it.
                 if not finished and (
                     not self._adopt_orphans or not await core.resume_run(workflow_id)

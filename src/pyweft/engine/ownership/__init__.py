@@ -14,6 +14,32 @@ MODES: tuple[str, ...] = ("none", "lease", "workflow-lease")
 MARKER_KEY = "meta:ownership-mode"
 
 
+def resolve_ownership(mode: str | None, storage: Storage) -> str:
+    """The mode an engine uses: ``mode`` itself, or the store's default for ``None``.
+
+    No default may run a step twice: a local store (SQLite, memory) defaults to
+    ``"none"``, which on SQLite takes the file lock so a second engine cannot open;
+    a shared store (PostgreSQL, any adapter declaring ``persistence="remote"``)
+    defaults to ``"workflow-lease"``, where every run is fenced by its own claim.
+    """
+    if mode is not None:
+        return mode
+    return "workflow-lease" if storage.capabilities.persistence == "remote" else "none"
+
+
+def store_label(storage: Storage) -> str:
+    """A stable name for where ``storage`` keeps its data (for the default engine id)."""
+    path = getattr(storage, "path", None)
+    if isinstance(path, str):
+        import os
+
+        return "sqlite:" + os.path.realpath(path)
+    schema = getattr(storage, "schema", None)
+    if isinstance(schema, str):
+        return f"{type(storage).__name__}:{storage!r}:{schema}"
+    return repr(storage)
+
+
 async def check_mode_marker(storage: Storage, mode: str, now: float) -> None:
     """Fencing modes must not share a store: record ours, or refuse a different one."""
     if mode == "none":
