@@ -40,6 +40,7 @@ from pyweft.engine.ownership import (
     read_ownership,
     resolve_ownership,
     store_label,
+    stored_mode,
 )
 from pyweft.engine.ownership.claims import ClaimRegistry
 from pyweft.engine.ownership.detector import SecondInstanceDetector
@@ -175,13 +176,8 @@ class Engine:
             raise ConfigurationError(
                 f"storage must be a URL string, a Storage instance or None, got {storage!r}"
             )
+        self._auto_ownership = ownership is None
         ownership = resolve_ownership(ownership, store)
-        if ownership == "workflow-lease" and detect_second_instance:
-            raise ConfigurationError(
-                "detect_second_instance is for ownership='none' or 'lease'; with "
-                "'workflow-lease' (the default on PostgreSQL) several engines share the store "
-                "on purpose. Pass ownership='none' or 'lease' explicitly to use the detector"
-            )
         self.clock: Clock = clock or SystemClock()
         self.codec: PayloadCodec = codec or DefaultPayloadCodec()
         self.max_payload_bytes = max_payload_bytes
@@ -197,8 +193,6 @@ class Engine:
             self.register_workflow(fn)
         for fn in activities:
             self.register_activity(fn)
-        self.role = role
-        """``"engine"`` drives runs; ``"client"`` only reads, starts and sends messages."""
         self._recover = recover and role == "engine"
         self._core.drives = role == "engine"
         self._activity_threads = activity_threads
@@ -208,34 +202,28 @@ class Engine:
         self._engine_id = engine_id
         self.incarnation: Incarnation | None = None
         """Who this engine is in lease and claim records; set when it opens."""
+        self.role = role
+        """``"engine"`` drives runs; ``"client"`` only reads, starts and sends messages."""
+        self._ownership_options = {
+            "lease_ttl": parse_duration(lease_ttl, field="lease_ttl"),
+            "lease_renew_interval": parse_duration(
+                lease_renew_interval, field="lease_renew_interval"
+            ),
+            "lease_wait_timeout": parse_duration(lease_wait_timeout, field="lease_wait_timeout"),
+            "poll_interval": min(1.0, float(poll_interval)),
+            "claim_ttl": parse_duration(claim_ttl, field="claim_ttl"),
+            "claim_renew_interval": parse_duration(
+                claim_renew_interval, field="claim_renew_interval"
+            ),
+        }
         self.ownership = ownership
-        """The resolved ownership mode (``ownership=None`` picks the store's default)."""
+        """The ownership mode in use. ``ownership=None`` (the default) picks the mode the
+        store already records, else ``"none"`` on SQLite and memory and
+        ``"workflow-lease"`` on PostgreSQL; known for sure once the engine is open."""
         self._store_lock: StoreFileLock | None = None
-        if ownership == "none" and role == "engine" and isinstance(store, SQLiteStorage):
-            self._store_lock = StoreFileLock(store.path)
         self._lease: LeaseManager | None = None
-        if role == "client":
-            pass  # a client takes no lease and no claims: it never drives runs
-        elif ownership == "lease":
-            self._lease = LeaseManager(
-                store,
-                self.clock,
-                self.instance_id,
-                ttl_s=parse_duration(lease_ttl, field="lease_ttl"),
-                renew_interval_s=parse_duration(lease_renew_interval, field="lease_renew_interval"),
-                wait_timeout_s=parse_duration(lease_wait_timeout, field="lease_wait_timeout"),
-                poll_interval_s=min(1.0, float(poll_interval)),
-                on_deposed=self._deposed,
-            )
-        elif ownership == "workflow-lease":
-            self._core.claims = ClaimRegistry(
-                store,
-                self.clock,
-                self.instance_id,
-                ttl_s=parse_duration(claim_ttl, field="claim_ttl"),
-                renew_interval_s=parse_duration(claim_renew_interval, field="claim_renew_interval"),
-                on_lost=self._core.claim_lost,
-            )
+        self._detect_second_instance = detect_second_instance
+        self._use_ownership(ownership)
         self._claim_timer: TimerHandle | None = None
         self._closing: asyncio.Future[None] | None = None
         self._claim_task: asyncio.Task[None] | None = None
@@ -303,6 +291,44 @@ class Engine:
         """``{workflow type: version}`` of every registered workflow."""
         return {name: d.version for name, d in sorted(self._core.workflows.items())}
 
+    # --- ownership --------------------------------------------------------------------
+
+    def _use_ownership(self, mode: str) -> None:
+        """Set up what ``mode`` needs: the file lock, the store lease, or run claims."""
+        if mode == "workflow-lease" and self._detect_second_instance:
+            raise ConfigurationError(
+                "detect_second_instance is for ownership='none' or 'lease'; with "
+                "'workflow-lease' (the default on PostgreSQL) several engines share the store "
+                "on purpose. Pass ownership='none' or 'lease' explicitly to use the detector"
+            )
+        store, opts = self._core.storage, self._ownership_options
+        self.ownership = mode
+        self._store_lock, self._lease, self._core.claims = None, None, None
+        if self.role == "client":
+            return  # a client takes no lock, no lease and no claims: it never drives runs
+        if mode == "none" and isinstance(store, SQLiteStorage) and not store.read_only:
+            self._store_lock = StoreFileLock(store.path)
+        elif mode == "lease":
+            self._lease = LeaseManager(
+                store,
+                self.clock,
+                self.instance_id,
+                ttl_s=opts["lease_ttl"],
+                renew_interval_s=opts["lease_renew_interval"],
+                wait_timeout_s=opts["lease_wait_timeout"],
+                poll_interval_s=opts["poll_interval"],
+                on_deposed=self._deposed,
+            )
+        elif mode == "workflow-lease":
+            self._core.claims = ClaimRegistry(
+                store,
+                self.clock,
+                self.instance_id,
+                ttl_s=opts["claim_ttl"],
+                renew_interval_s=opts["claim_renew_interval"],
+                on_lost=self._core.claim_lost,
+            )
+
     # --- lifecycle --------------------------------------------------------------------
 
     async def __aenter__(self) -> Engine:
@@ -329,6 +355,10 @@ class Engine:
                 "batches; the engine needs both to commit steps safely"
             )
         self.incarnation = current(self.engine_id, self.instance_id)
+        if self._auto_ownership:
+            stored = await stored_mode(core.storage)
+            if stored in MODES and stored != self.ownership:
+                self._use_ownership(stored)  # join the protocol the store already uses
         if self._store_lock is not None:
             # First of all: a second engine on this file must not write a single byte.
             try:

@@ -15,7 +15,8 @@ MARKER_KEY = "meta:ownership-mode"
 
 
 def resolve_ownership(mode: str | None, storage: Storage) -> str:
-    """The mode an engine uses: ``mode`` itself, or the store's default for ``None``.
+    """The mode an engine uses: ``mode`` itself, or the store's default for ``None``
+    (at open, an engine with ``None`` then joins the mode the store's marker records).
 
     No default may run a step twice: a local store (SQLite, memory) defaults to
     ``"none"``, which on SQLite takes the file lock so a second engine cannot open;
@@ -25,6 +26,19 @@ def resolve_ownership(mode: str | None, storage: Storage) -> str:
     if mode is not None:
         return mode
     return "workflow-lease" if storage.capabilities.persistence == "remote" else "none"
+
+
+async def stored_mode(storage: Storage) -> str | None:
+    """The fencing mode the store's marker records, if any (engines with ``"none"``
+    leave no marker)."""
+    raw = await storage.get(MARKER_KEY)
+    if raw is None:
+        return None
+    try:
+        mode = json.loads(raw).get("mode")
+    except (ValueError, AttributeError):
+        return None
+    return mode if isinstance(mode, str) else None
 
 
 def store_label(storage: Storage) -> str:
