@@ -454,16 +454,15 @@ class SQLiteStorage:
         return StorageClosedError(f"SQLiteStorage for {self._path} was closed")
 
     def _connect(self, pragmas: Sequence[str]) -> sqlite3.Connection:
-        target, uri = self._path, False
         if self._read_only:
-            target, uri = Path(os.path.abspath(self._path)).as_uri() + "?mode=ro", True
-        conn = sqlite3.connect(
-            target,
-            timeout=self._busy_timeout_s,
-            isolation_level=None,
-            cached_statements=32,
-            uri=uri,
-        )
+            conn = self._connect_read_only()
+        else:
+            conn = sqlite3.connect(
+                self._path,
+                timeout=self._busy_timeout_s,
+                isolation_level=None,
+                cached_statements=32,
+            )
         try:
             for pragma in pragmas:
                 conn.execute(pragma)
@@ -471,6 +470,30 @@ class SQLiteStorage:
             conn.close()
             raise
         return conn
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        base = Path(os.path.abspath(self._path)).as_uri()
+
+        def connect(options: str) -> sqlite3.Connection:
+            return sqlite3.connect(
+                f"{base}?{options}",
+                timeout=self._busy_timeout_s,
+                isolation_level=None,
+                cached_statements=32,
+                uri=True,
+            )
+
+        conn = connect("mode=ro")
+        try:
+            conn.execute(_SQL_OBJECTS).fetchall()  # WAL files are opened on first read
+            return conn
+        except sqlite3.OperationalError:
+            conn.close()
+            if not _on_read_only_filesystem(self._path):
+                raise
+        # A WAL database on a read-only filesystem: SQLite cannot create its shared-memory
+        # file there. Nothing can write on that filesystem either, so read it as immutable.
+        return connect("mode=ro&immutable=1")
 
     def _connect_writer(self) -> sqlite3.Connection:
         conn = self._connect(())
@@ -610,14 +633,18 @@ def _check_path(path: str) -> None:
         )
 
 
+def _on_read_only_filesystem(path: str) -> bool:
+    try:
+        return bool(os.statvfs(os.path.dirname(os.path.abspath(path))).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        return False
+
+
 def _read_only_reason(path: str) -> str:
     """Why ``path`` cannot be written, in words, or "" when it looks writable."""
     parent = os.path.dirname(os.path.abspath(path)) or "."
-    try:
-        if os.statvfs(parent).f_flag & os.ST_RDONLY:
-            return f"it is on a read-only filesystem ({parent})"
-    except (OSError, AttributeError):
-        pass
+    if _on_read_only_filesystem(path):
+        return f"it is on a read-only filesystem ({parent})"
     if os.path.exists(path) and not os.access(path, os.W_OK):
         return "the file is read-only (no write permission)"
     if not os.access(parent, os.W_OK):
