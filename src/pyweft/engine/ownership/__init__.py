@@ -51,7 +51,9 @@ def store_label(storage: Storage) -> str:
     schema = getattr(storage, "schema", None)
     if isinstance(schema, str):
         return f"{type(storage).__name__}:{storage!r}:{schema}"
-    return repr(storage)
+    # Anything else (a wrapper, a custom adapter): its type, which is stable across
+    # restarts; an engine only ever sees the records of its own store anyway.
+    return f"{type(storage).__module__}.{type(storage).__qualname__}"
 
 
 async def check_mode_marker(storage: Storage, mode: str, now: float) -> None:
