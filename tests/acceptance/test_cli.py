@@ -136,8 +136,27 @@ def test_version_prints_pyweft_and_python_versions(tmp_path: Path) -> None:
     assert f"Python {sys.version.split()[0]}" in done.stdout
 
 
+def make_store(url: str | Path) -> None:
+    """Create an empty store the way an application does: open an engine on it once."""
+
+    async def main() -> None:
+        async with Engine(str(url)):
+            pass
+
+    asyncio.run(main())
+
+
+def test_doctor_on_a_missing_file_fails_and_creates_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "typo.db"
+    result = invoke("doctor", "--db", str(db), "--json")
+    assert result.exit_code == 1
+    assert "there is no SQLite database at" in json.loads(result.stdout)["error"]["message"]
+    assert sorted(tmp_path.iterdir()) == []
+
+
 def test_doctor_on_a_fresh_store_reports_it_durable_and_empty(tmp_path: Path) -> None:
     db = tmp_path / "fresh.db"
+    make_store(db)
     first = invoke("doctor", "--db", str(db), "--json")
     assert first.exit_code == 0, first.output
     report = json.loads(first.stdout)
@@ -147,7 +166,7 @@ def test_doctor_on_a_fresh_store_reports_it_durable_and_empty(tmp_path: Path) ->
     assert report["durable_commit"] is True
     assert "synchronous=FULL" in report["durability"]
     assert report["schema_version"] == 1
-    assert report["new_store"] is True
+    assert report["new_store"] is False  # the doctor only looks: it never initialises a store
     assert report["total_runs"] == 0
 
     again = invoke("doctor", "--db", str(db))
@@ -158,6 +177,7 @@ def test_doctor_on_a_fresh_store_reports_it_durable_and_empty(tmp_path: Path) ->
 
 
 def test_doctor_says_normal_sync_survives_crashes_but_not_power_loss(tmp_path: Path) -> None:
+    make_store(tmp_path / "n.db")
     result = invoke("doctor", "--db", f"sqlite:///{tmp_path}/n.db?synchronous=NORMAL", "--json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
@@ -167,6 +187,7 @@ def test_doctor_says_normal_sync_survives_crashes_but_not_power_loss(tmp_path: P
 
 def test_doctor_honours_pyweft_database_url(tmp_path: Path) -> None:
     db = tmp_path / "from-env.db"
+    make_store(db)
     result = invoke("doctor", "--json", env={"PYWEFT_DATABASE_URL": f"sqlite:///{db}"})
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["location"] == str(db)
@@ -301,6 +322,7 @@ def test_workflows_show_json_has_the_error_and_open_steps(store: Path) -> None:
 
 
 def test_workflows_show_unknown_id_exits_1_with_a_clear_message(tmp_path: Path) -> None:
+    make_store(tmp_path / "x.db")
     done = pyweft("workflows", "show", "no-such-run", "--db", str(tmp_path / "x.db"), cwd=tmp_path)
     assert done.returncode == 1
     assert done.stderr.strip() == (

@@ -281,7 +281,7 @@ async def send(args: argparse.Namespace) -> int:
     global _ledger
     _ledger = kitm.MessageLedger(args.ledger, args.lifetime)
     store = args.db if "://" in args.db else f"sqlite:///{args.db}"
-    async with Engine(store, recover=False, poll_interval=0.05) as engine:
+    async with Engine(store, role="client", poll_interval=0.05) as engine:
 
         async def one(i: int) -> None:
             payload = f"{args.lifetime}-{i}"

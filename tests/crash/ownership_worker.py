@@ -104,6 +104,9 @@ async def main(cfg: own.WorkerConfig) -> int:
         cfg.url,
         workflows=[owned],
         ownership=cfg.ownership,
+        # One engine id per worker: these tests stand for engines on separate machines,
+        # so none may take over another's claims before they expire.
+        engine_id=f"worker-{lifetime}",
         poll_interval=cfg.poll_interval,
         lease_ttl=cfg.lease_ttl,
         lease_renew_interval=cfg.lease_renew_interval,

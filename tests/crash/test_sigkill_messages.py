@@ -57,7 +57,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path | str
 async def _engine(db: Path | str) -> AsyncIterator[Engine]:
     """The test's own engine on the worker's file: it sends and inspects, never drives."""
     url = db if isinstance(db, str) else f"sqlite:///{db}"
-    async with Engine(url, recover=False, poll_interval=kitm.POLL_S) as engine:
+    async with Engine(url, role="client", poll_interval=kitm.POLL_S) as engine:
         yield engine
 
 

@@ -40,7 +40,7 @@ async def _wait_until_all_asleep(
     # every run (so it never races the worker to write the schema marker).
     while _marks(ledger, worker.lifetime, 1) != set(ids):
         await tick("every run to pass its first step")
-    async with Engine(f"sqlite:///{db}", recover=False) as engine:
+    async with Engine(f"sqlite:///{db}", role="client") as engine:
         while True:
             steps = {i: await engine.history(i) for i in ids}
             sleeps = {i: s[SLEEP_STEP - 1] for i, s in steps.items() if len(s) >= SLEEP_STEP}

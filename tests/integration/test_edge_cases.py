@@ -175,7 +175,7 @@ async def test_attributes_set_from_outside_survive_the_workflows_own_changes(
             return bool((await handle.describe()).attributes)
 
         await eventually(has_mine, what="first attributes")
-        async with backend.engine(workflows=[labeller], recover=False) as other:
+        async with backend.engine(workflows=[labeller], role="client") as other:
             await other.set_attributes(handle.id, {"theirs": "x"})  # from another engine
 
         async def delivered() -> bool:

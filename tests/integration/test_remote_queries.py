@@ -58,7 +58,7 @@ async def test_a_query_through_another_engine_is_answered_by_the_owner(backend: 
         handle = await owner.start(till, id="till-1")
         await driven(owner, handle.id)
         await owner.update(handle.id, "add", Line("tea", Decimal("2.50")))
-        async with backend.engine(workflows=[till], recover=False) as asker:
+        async with backend.engine(workflows=[till], role="client") as asker:
             assert not asker.is_running_here(handle.id)
             # Arguments and answers cross the store through the payload codec.
             assert await asker.query(handle.id, "lines") == [{"sku": "tea", "price": "2.50"}]
@@ -78,7 +78,7 @@ async def test_a_query_through_another_engine_is_answered_by_the_owner(backend: 
             assert await asker.storage.scan("qrs:") == []
             await asker.signal(handle.id, "close")
         assert await handle.result(timeout=5) == 1
-        async with backend.engine(workflows=[till], recover=False) as asker:
+        async with backend.engine(workflows=[till], role="client") as asker:
             with pytest.raises(WorkflowTerminalError):
                 await asker.query(handle.id, "lines")
 
@@ -94,7 +94,7 @@ async def test_with_nobody_to_answer_the_asker_gets_unavailable_and_writes_nothi
             await owner.query(handle.id, "lines", timeout=0.1)
         await owner.resume(handle.id)
     # The run is running but no engine drives it now.
-    async with backend.engine(workflows=[till], recover=False) as asker:
+    async with backend.engine(workflows=[till], role="client") as asker:
         before = await asker.storage.scan("")
         with pytest.raises(QueryUnavailableError, match=r"within 0\.1s"):
             await asker.query(handle.id, "lines", timeout="100ms")
@@ -105,7 +105,7 @@ async def test_with_nobody_to_answer_the_asker_gets_unavailable_and_writes_nothi
 async def test_a_question_left_by_an_asker_that_gave_up_is_answered_and_purged_later(
     backend: Backend,
 ) -> None:
-    async with backend.engine(workflows=[till], recover=False) as asker:
+    async with backend.engine(workflows=[till], role="client") as asker:
         async with backend.engine(workflows=[till], poll_interval=0.02) as owner:
             handle = await owner.start(till, id="till-3")
             await driven(owner, handle.id)

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator
+import subprocess
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -269,3 +270,131 @@ async def test_malformed_ops_are_rejected_before_they_reach_the_writer(
     with pytest.raises(ValueError, match="limit"):
         await storage.scan("", limit=-1)
     assert await storage.scan("") == []
+
+
+# --- another application's database, read-only opens, read-only files -----------------
+
+
+def other_app_db(path: Path, *, kv: bool = False) -> None:
+    """A database some other program made: its own tables, rollback journal (not WAL)."""
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
+        conn.execute("INSERT INTO customers (name) VALUES ('Ada')")
+        if kv:
+            conn.execute("CREATE TABLE kv (k INTEGER, v INTEGER)")
+    conn.close()
+
+
+def shape(path: Path) -> tuple[str, list[str]]:
+    with sqlite3.connect(path) as conn:
+        (mode,) = conn.execute("PRAGMA journal_mode").fetchone()
+        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master ORDER BY name")]
+    conn.close()
+    return str(mode), names
+
+
+def test_another_applications_database_is_refused_and_left_untouched(tmp_path: Path) -> None:
+    db = tmp_path / "crm.db"
+    other_app_db(db)
+    before = db.read_bytes()
+    with pytest.raises(ConfigurationError, match="not pyweft's") as info:
+        SQLiteStorage(db)
+    assert "table customers" in str(info.value)
+    assert "allow_foreign_tables" in str(info.value)
+    assert shape(db) == ("delete", ["customers"])  # no kv table, no switch to WAL
+    assert db.read_bytes() == before
+
+
+def test_a_foreign_kv_table_is_a_configuration_error_not_a_type_error(tmp_path: Path) -> None:
+    db = tmp_path / "crm.db"
+    other_app_db(db, kv=True)
+    with pytest.raises(ConfigurationError, match="not pyweft's"):
+        SQLiteStorage(db)
+    with pytest.raises(ConfigurationError, match="table named kv that is not pyweft's"):
+        SQLiteStorage(db, allow_foreign_tables=True)
+    assert shape(db) == ("delete", ["customers", "kv"])
+
+
+async def test_sharing_a_file_with_other_tables_works_when_allowed(tmp_path: Path) -> None:
+    from pyweft.storage import open_storage
+
+    db = tmp_path / "crm.db"
+    other_app_db(db)
+    storage = open_storage(f"sqlite:///{db}?allow_foreign_tables=1")
+    try:
+        await storage.batch([Put(key="k", value=b"v")])
+        assert await storage.get("k") == b"v"
+    finally:
+        await storage.close()
+    assert shape(db) == ("wal", ["customers", "kv"])
+
+
+def test_a_missing_file_is_not_created_by_a_read_only_or_no_create_open(tmp_path: Path) -> None:
+    typo = tmp_path / "tpyo.db"
+    for kwargs in ({"read_only": True}, {"create": False}):
+        with pytest.raises(ConfigurationError, match="there is no SQLite database at"):
+            SQLiteStorage(typo, **kwargs)  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []
+
+
+async def test_a_read_only_open_reads_and_refuses_writes(db_path: Path) -> None:
+    writer = SQLiteStorage(db_path)
+    await writer.batch([Put(key="k", value=b"v")])
+    await writer.close()
+    before = file_bytes(db_path)
+    reader = SQLiteStorage(db_path, read_only=True)
+    try:
+        assert reader.read_only
+        assert await reader.get("k") == b"v"
+        with pytest.raises(StorageError, match="read-only"):
+            await reader.batch([Put(key="k", value=b"changed")])
+    finally:
+        await reader.close()
+    assert file_bytes(db_path) == before
+
+
+def test_a_read_only_open_of_a_database_without_a_store_says_so(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.db"
+    sqlite3.connect(empty).close()
+    with pytest.raises(ConfigurationError, match="holds no pyweft store"):
+        SQLiteStorage(empty, read_only=True)
+
+
+def remount_read_only(mount: Path) -> None:
+    subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
+
+
+def file_bytes(path: Path) -> bytes:
+    return path.read_bytes()
+
+
+@pytest.fixture
+def read_only_mount(tmp_path: Path) -> Iterator[Path]:
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    if subprocess.run(
+        ["mount", "-t", "tmpfs", "tmpfs", str(mount)], capture_output=True
+    ).returncode:
+        pytest.skip(
+            "mounting a tmpfs is not permitted here (needs root): cannot make a read-only fs"
+        )
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+async def test_a_store_on_a_read_only_filesystem_says_read_only(read_only_mount: Path) -> None:
+    db = read_only_mount / "app.db"
+    storage = SQLiteStorage(db)
+    await storage.batch([Put(key="k", value=b"v")])
+    await storage.close()
+    remount_read_only(read_only_mount)
+    with pytest.raises(StorageError, match="read-only filesystem") as info:
+        SQLiteStorage(db)
+    assert "unable to open" not in str(info.value).split("(")[0]
+    reader = SQLiteStorage(db, read_only=True)  # inspection still works
+    try:
+        assert await reader.get("k") == b"v"
+    finally:
+        await reader.close()

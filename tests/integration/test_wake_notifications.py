@@ -44,7 +44,7 @@ def engine(store: str | Storage, **kw: object) -> Engine:
 async def test_a_signal_through_another_engine_arrives_without_waiting_for_a_poll(
     store: str | Storage,
 ) -> None:
-    async with engine(store) as owner, engine(store, recover=False) as other:
+    async with engine(store) as owner, engine(store, role="client") as other:
         handle = await owner.start(listener, id="l-1")
         await eventually(lambda: owner.is_running_here("l-1"), what="driven")
         started = time.monotonic()
@@ -58,7 +58,7 @@ async def test_a_signal_through_another_engine_arrives_without_waiting_for_a_pol
 async def test_a_dropped_listening_connection_comes_back_and_delivers_again() -> None:
     with postgres_schema() as (url, schema):
         store = with_schema(url, schema)
-        async with engine(store) as owner, engine(store, recover=False) as other:
+        async with engine(store) as owner, engine(store, role="client") as other:
             handle = await owner.start(listener, id="l-2")
             await eventually(lambda: owner.is_running_here("l-2"), what="driven")
             with psycopg.connect(url, autocommit=True) as admin:

@@ -244,7 +244,7 @@ async def read_runs(url: str, ids: Sequence[str]) -> dict[str, StoredRun]:
     from pyweft import Engine
 
     out: dict[str, StoredRun] = {}
-    async with Engine(url, recover=False) as engine:
+    async with Engine(url, role="client") as engine:
         for rid in ids:
             info = await engine.describe(rid)
             steps = []

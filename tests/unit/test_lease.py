@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import socket
+import subprocess
+import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import pytest
 
@@ -24,6 +28,7 @@ from pyweft import (
     workflow,
 )
 from pyweft.engine.ownership import check_mode_marker
+from pyweft.engine.ownership.identity import Incarnation, boot_id, current, process_start
 from pyweft.engine.ownership.lease import (
     EPOCH_KEY,
     HOLDER_KEY,
@@ -259,3 +264,127 @@ def _put(key: str, value: bytes) -> Op:
     from pyweft.storage.base import Put
 
     return Put(key=key, value=value)
+
+
+class LostReplyStorage(MemoryStorage):
+    """Memory storage that commits the next conditional batch, then raises as if its
+    reply had been lost on the way back (the outcome is unknown to the caller)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lose_next_reply = False
+
+    async def conditional_batch(self, conditions: Sequence[Expect], ops: Sequence[Op]) -> bool:
+        ok = await super().conditional_batch(conditions, ops)
+        if self.lose_next_reply:
+            self.lose_next_reply = False
+            raise StorageError("connection lost after commit (outcome unknown)")
+        return ok
+
+
+async def test_a_renewal_whose_reply_was_lost_does_not_depose_the_engine() -> None:
+    storage, clock = LostReplyStorage(), VirtualClock()
+    a = manager(storage, clock, "a")
+    await a.acquire()
+    clock.advance(5)
+    storage.lose_next_reply = True
+    await a.renew()  # committed, but a does not know it
+    stored = decode_holder(await storage.get(HOLDER_KEY) or b"")
+    assert stored is not None and stored.expires_at_ms == int((clock.now() + 30) * 1000)
+    clock.advance(5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a LeaseLostWarning would fail the test
+        await a.renew()  # the stored record is a's own at a's epoch: renew on top of it
+    assert not a.deposed
+    assert a.health().state == "healthy"
+    renewed = decode_holder(await storage.get(HOLDER_KEY) or b"")
+    assert renewed is not None and renewed.expires_at_ms == int((clock.now() + 30) * 1000)
+    assert await a.release()
+
+
+async def test_a_record_at_another_epoch_still_deposes_even_with_our_holder_id() -> None:
+    storage, clock = MemoryStorage(), VirtualClock()
+    a = manager(storage, clock, "a")
+    await a.acquire()
+    # Someone minted epoch 2 with a record that merely carries a's name.
+    await storage.batch(
+        [
+            _put(EPOCH_KEY, encode_epoch(2)),
+            _put(HOLDER_KEY, encode_holder(Holder("a", 10**12, 2))),
+        ]
+    )
+    with pytest.warns(LeaseLostWarning):
+        await a.renew()
+    assert a.deposed
+
+
+def _incarnation(pid: int, engine_id: str = "shop") -> Incarnation:
+    return Incarnation(
+        engine_id=engine_id,
+        instance_id=f"host:{pid}:x",
+        host=socket.gethostname(),
+        pid=pid,
+        started=process_start(pid),
+        boot=boot_id(),
+    )
+
+
+@pytest.fixture
+def dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()  # reaped: the pid names nobody now
+    return proc.pid
+
+
+@pytest.fixture
+def live_pid() -> Iterator[int]:
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+async def _held_by(storage: MemoryStorage, clock: VirtualClock, pid: int) -> None:
+    old = Holder(f"host:{pid}:x", int((clock.now() + 30) * 1000), 1, _incarnation(pid))
+    await storage.batch([_put(EPOCH_KEY, encode_epoch(1)), _put(HOLDER_KEY, encode_holder(old))])
+
+
+async def test_a_live_lease_of_a_dead_earlier_incarnation_is_taken_back_at_once(
+    dead_pid: int,
+) -> None:
+    storage, clock = MemoryStorage(), VirtualClock()
+    await _held_by(storage, clock, dead_pid)
+    b = manager(storage, clock, "b", wait=0)
+    b.identity = current("shop", "b")
+    await b.acquire()  # no waiting for the 30 s TTL: the old process is gone
+    assert b.health().epoch == 2
+    stored = decode_holder(await storage.get(HOLDER_KEY) or b"")
+    assert stored is not None and stored.owner is not None
+    assert (stored.owner.engine_id, stored.owner.pid) == ("shop", os.getpid())
+    await b.release()
+
+
+async def test_a_dead_holder_of_another_engine_id_still_waits_for_its_ttl(dead_pid: int) -> None:
+    storage, clock = MemoryStorage(), VirtualClock()
+    await _held_by(storage, clock, dead_pid)
+    b = manager(storage, clock, "b", wait=0)
+    b.identity = current("another-app", "b")
+    with pytest.raises(LeaseAcquisitionTimeoutError):
+        await b.acquire()
+
+
+async def test_a_live_holder_with_the_same_engine_id_is_waited_for_and_named(
+    live_pid: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    storage, clock = MemoryStorage(), VirtualClock()
+    await _held_by(storage, clock, live_pid)
+    b = manager(storage, clock, "b", wait=0.05)
+    b.identity = current("shop", "b")
+    caplog.set_level("INFO", logger="pyweft.lease")
+    with pytest.raises(LeaseAcquisitionTimeoutError):
+        await b.acquire()
+    waiting = [m for r in caplog.records if "waiting for the store lease" in (m := r.getMessage())]
+    assert len(waiting) == 1
+    assert f"pid {live_pid}" in waiting[0] and "'shop'" in waiting[0] and "until" in waiting[0]

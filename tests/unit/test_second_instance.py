@@ -68,3 +68,42 @@ async def test_engines_run_the_detector_when_asked() -> None:
                 for _ in range(20):
                     await asyncio.sleep(0)
     assert any(issubclass(w.category, SecondInstanceWarning) for w in caught)
+
+
+async def test_an_incident_warns_once_through_warnings_and_never_through_logging(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    storage, clock = MemoryStorage(), VirtualClock()
+    a = SecondInstanceDetector(storage, clock, "a")
+    b = SecondInstanceDetector(storage, clock, "b")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        await ticks(a, b, rounds=10)  # a long incident: still one warning each
+    assert sorted(str(w.message).split("(")[1].split(")")[0] for w in caught) == ["a", "b"]
+    assert [r for r in caplog.records if r.name == "pyweft.detector"] == []
+    await a.stop()
+    await b.stop()
+
+
+async def test_a_peer_that_leaves_and_comes_back_is_a_new_incident() -> None:
+    storage, clock = MemoryStorage(), VirtualClock()
+    a = SecondInstanceDetector(storage, clock, "a")
+    b = SecondInstanceDetector(storage, clock, "b")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        await ticks(a, b, rounds=3)
+        await b.stop()  # b goes away: its heartbeat is deleted
+        await ticks(a, rounds=2)
+        first_incident = [w for w in caught if "(b)" in str(w.message)]
+        back = SecondInstanceDetector(storage, clock, "b")
+        await ticks(a, back, rounds=3)
+    assert len(first_incident) == 1
+    assert len([w for w in caught if "(b)" in str(w.message)]) == 2
+    await a.stop()
+    await back.stop()
+
+
+def test_the_detector_is_refused_where_it_cannot_apply() -> None:
+    storage = MemoryStorage()
+    with pytest.raises(ConfigurationError, match="role='client'"):
+        Engine(storage, role="client", detect_second_instance=True)

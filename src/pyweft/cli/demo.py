@@ -279,7 +279,7 @@ async def _all_runs(engine: Engine, workflow_type: str | None = None) -> list[Wo
 
 async def reset(url: str, out: Console) -> None:
     """Delete the demo database and ledger, refusing if the store holds other workflows."""
-    async with Engine(url, recover=False) as engine:
+    async with Engine(url, role="client") as engine:
         db = _sqlite_path(engine)
         others = {i.workflow_type for i in await _all_runs(engine)} - {DEMO_TYPE}
     if others:
@@ -287,7 +287,11 @@ async def reset(url: str, out: Console) -> None:
             f"refusing to reset {db}: it also holds {', '.join(sorted(others))} runs, so it is "
             "not a demo database; point --db at the demo's own file"
         )
-    for path in (db, Path(f"{db}-wal"), Path(f"{db}-shm"), db.with_suffix(".ledger")):
+    for path in (
+        db,
+        *(Path(f"{db}{s}") for s in ("-wal", "-shm", ".lock")),
+        db.with_suffix(".ledger"),
+    ):
         path.unlink(missing_ok=True)
     out.print(f"reset: deleted {escape(str(db))} and its ledger")
 

@@ -26,6 +26,7 @@ import pyweft
 from pyweft import Engine, PyweftError, SQLiteStorage, Storage, StoreOwnership
 from pyweft.cli import DbOption, JsonOption, render
 from pyweft.cli.render import escape
+from pyweft.cli.store import open_engine
 from pyweft.storage import default_storage_url
 
 _PAGE = 1000
@@ -77,17 +78,13 @@ ProgressHook = Callable[[int, int | None], None]
 
 
 async def examine(url: str, progress: ProgressHook | None = None) -> Report:
-    # recover=False: the doctor looks, it never resumes anybody's runs.
-    engine = Engine(url, recover=False)
-    try:
-        await engine.open()
+    # A read-only client: the doctor looks; it never writes or resumes anybody's runs.
+    async with open_engine(url, read_only=True) as engine:
         counts: Counter[str] = Counter()
         for group in await engine.aggregate(group_by="status"):
             counts[str(group.key)] = group.count
         ownership = await engine.store_ownership()
         check = await engine.visibility.check_records(progress=progress)
-    finally:
-        await engine.shutdown()
     return dataclasses.replace(
         _report(url, engine, counts, ownership),
         records_checked=check.checked,

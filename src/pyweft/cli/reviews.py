@@ -12,8 +12,9 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from pyweft import Engine, ReviewInfo
+from pyweft import ReviewInfo
 from pyweft.cli import DbOption, JsonOption, render, run
+from pyweft.cli.store import open_engine
 
 app = typer.Typer(
     help="List reviews that workflows wait on, and decide them.",
@@ -41,8 +42,7 @@ class Decision(StrEnum):
 async def _list(
     db: str | None, status: StatusFilter, workflow_id: str | None, review_type: str | None
 ) -> list[ReviewInfo]:
-    # recover=False: listing or deciding reviews must never resume runs in this process.
-    async with Engine(db, recover=False) as engine:
+    async with open_engine(db, read_only=True) as engine:
         return await engine.list_reviews(
             status=None if status is StatusFilter.all else status.value,
             workflow_id=workflow_id,
@@ -53,7 +53,7 @@ async def _list(
 async def _decide(
     db: str | None, review_id: str, decision: Decision, reviewer: str, feedback: str | None
 ) -> None:
-    async with Engine(db, recover=False) as engine:
+    async with open_engine(db) as engine:
         await engine.submit_review(review_id, decision.value, reviewer=reviewer, feedback=feedback)
 
 

@@ -37,7 +37,7 @@ ByOption = Annotated[
 async def _list(
     db: str | None, flt: RunFilters, limit: int, cursor: str | None
 ) -> Page[WorkflowInfo]:
-    async with open_engine(db) as engine:
+    async with open_engine(db, read_only=True) as engine:
         return await engine.list(**flt.as_kwargs(), limit=limit, cursor=cursor)
 
 
@@ -88,7 +88,7 @@ def list_runs(
 
 
 async def _count(db: str | None, by: str, flt: RunFilters) -> list[Group]:
-    async with open_engine(db) as engine:
+    async with open_engine(db, read_only=True) as engine:
         return await engine.aggregate(group_by=by, **flt.as_kwargs())
 
 
@@ -136,7 +136,7 @@ def count_runs(
 
 
 async def _show(db: str | None, workflow_id: str) -> tuple[WorkflowInfo, History | None]:
-    async with open_engine(db) as engine:
+    async with open_engine(db, read_only=True) as engine:
         info = await engine.describe(workflow_id)
         try:
             return info, await engine.history(workflow_id)

@@ -56,7 +56,7 @@ class TypeCheck:
 async def _unfinished(db: str | None) -> dict[str, Counter[str]]:
     """``{type: Counter(version)}`` of every unfinished run, in one pass over the listing."""
     found: dict[str, Counter[str]] = {}
-    async with open_engine(db) as engine:
+    async with open_engine(db, read_only=True) as engine:
         cursor: str | None = None
         while True:
             page = await engine.list(status=UNFINISHED, limit=_PAGE, cursor=cursor)

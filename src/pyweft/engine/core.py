@@ -68,6 +68,7 @@ class EngineCore:
         self.claims: ClaimRegistry | None = None  # ownership="workflow-lease" only
         # Resumes runs a transient storage failure stopped here (Engine sets its sweep).
         self.redriver = Redriver(self.resume_run, self.probe_store, None)
+        self.drives = True  # False for role="client": runs are stored, never driven here
         self._store_news = asyncio.Event()
 
     # --- notifications from the store -------------------------------------------------
@@ -124,8 +125,8 @@ class EngineCore:
     # --- driving runs -----------------------------------------------------------------
 
     def launch(self, run: Run) -> None:
-        if self.state != "open":
-            return  # shutting down: it stays stored for the next engine
+        if self.state != "open" or not self.drives:
+            return  # shutting down, or a client: it stays stored for an engine to drive
         self.runs[run.id] = run
         run.task = asyncio.get_running_loop().create_task(
             self._drive(run), name=f"pyweft-run:{run.id}"

@@ -122,6 +122,10 @@ async def create(
         signal_ops, signal_conds = signals.start_ops(workflow_id, name, data, signal_id, now)
         ops += signal_ops
         conditions += signal_conds
+    if not core.drives:
+        # A client drives nothing: the wake-up tells the engine that holds the store
+        # (its wake-up scan adopts the run, or arms its start timer) in the same batch.
+        ops.append(Put(key=keys.wake(workflow_id), value=keys.wake_value()))
     # A running run is claimed in its create batch (a pending one when it starts).
     # Optimistically first: a new id has no claim keys, so no read is needed; a
     # purged run's id keeps its epoch, and that is read when the guess fails.
@@ -142,7 +146,8 @@ async def create(
         claims.adopt(plan[2])
     core.emit("started", state)
     if status == "pending":
-        core.arm_pending(state)
+        if core.drives:
+            core.arm_pending(state)
     else:
         core.launch(Run(services, definition, state, raw, {}, {}))
     return workflow_id, True

@@ -10,9 +10,6 @@ from __future__ import annotations
 import asyncio
 import builtins
 import logging
-import os
-import socket
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -38,9 +35,23 @@ from pyweft.engine.core import EngineCore
 from pyweft.engine.events import WorkflowEvent
 from pyweft.engine.handle import WorkflowHandle
 from pyweft.engine.info import Page, WorkflowInfo
-from pyweft.engine.ownership import MODES, StoreOwnership, check_mode_marker, read_ownership
+from pyweft.engine.ownership import (
+    MODES,
+    StoreOwnership,
+    check_mode_marker,
+    read_ownership,
+    resolve_ownership,
+    store_label,
+    stored_mode,
+)
 from pyweft.engine.ownership.claims import ClaimRegistry
 from pyweft.engine.ownership.detector import SecondInstanceDetector
+from pyweft.engine.ownership.identity import (
+    Incarnation,
+    current,
+    default_engine_id,
+    new_instance_id,
+)
 from pyweft.engine.ownership.lease import LeaseHealth, LeaseManager
 from pyweft.engine.redrive import Redriver
 from pyweft.engine.reviews import ReviewDesk, ReviewInfo
@@ -61,6 +72,7 @@ from pyweft.errors import (
 )
 from pyweft.storage.base import Expect, Put, Storage
 from pyweft.storage.factory import open_storage
+from pyweft.storage.file_lock import StoreFileLock
 from pyweft.storage.sqlite import SQLiteStorage
 
 log = logging.getLogger("pyweft.engine")
@@ -107,7 +119,9 @@ class Engine:
         retention: Mapping[str, Duration] | None = None,
         retention_sweep_interval: Duration = 60.0,
         retention_batch_size: int = 500,
-        ownership: str = "none",
+        ownership: str | None = None,
+        role: Literal["engine", "client"] = "engine",
+        engine_id: str | None = None,
         lease_ttl: Duration = 30.0,
         lease_renew_interval: Duration = 5.0,
         lease_wait_timeout: Duration = 60.0,
@@ -143,14 +157,24 @@ class Engine:
             raise ConfigurationError(
                 f"version_mismatch must be 'fail_run' or 'raise', got {version_mismatch!r}"
             )
-        if ownership not in MODES:
+        if ownership is not None and ownership not in MODES:
             raise ConfigurationError(
-                f"ownership must be one of {', '.join(MODES)}, got {ownership!r}"
+                f"ownership must be one of {', '.join(MODES)} (or None for the store's "
+                f"default), got {ownership!r}"
             )
-        if ownership == "workflow-lease" and detect_second_instance:
+        if role not in ("engine", "client"):
+            raise ConfigurationError(f"role must be 'engine' or 'client', got {role!r}")
+        if engine_id is not None and (
+            not isinstance(engine_id, str) or not engine_id.strip() or len(engine_id) > 200
+        ):
             raise ConfigurationError(
-                "detect_second_instance is for ownership='none' or 'lease'; with "
-                "'workflow-lease' several engines share the store on purpose"
+                f"engine_id must be a non-empty string of at most 200 characters, got "
+                f"{engine_id!r}; leave it out for the default (host + store + workflow types)"
+            )
+        if role == "client" and detect_second_instance:
+            raise ConfigurationError(
+                "detect_second_instance does not apply to role='client': a client drives "
+                "no runs, so it cannot be a second instance"
             )
         if type(retention_batch_size) is not int or retention_batch_size < 1:
             raise ConfigurationError("retention_batch_size must be a positive int")
@@ -182,6 +206,8 @@ class Engine:
             raise ConfigurationError(
                 f"storage must be a URL string, a Storage instance or None, got {storage!r}"
             )
+        self._auto_ownership = ownership is None
+        ownership = resolve_ownership(ownership, store)
         self.clock: Clock = clock or SystemClock()
         self.codec: PayloadCodec = codec or DefaultPayloadCodec()
         self.max_payload_bytes = max_payload_bytes
@@ -197,33 +223,37 @@ class Engine:
             self.register_workflow(fn)
         for fn in activities:
             self.register_activity(fn)
-        self._recover = recover
+        self._recover = recover and role == "engine"
+        self._core.drives = role == "engine"
         self._activity_threads = activity_threads
         self._executor: ThreadPoolExecutor | None = None
-        self.instance_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        """Identifies this engine in lease records and heartbeats."""
+        self.instance_id = new_instance_id()
+        """Identifies this engine in this process (lease records, claims, heartbeats)."""
+        self._engine_id = engine_id
+        self.incarnation: Incarnation | None = None
+        """Who this engine is in lease and claim records; set when it opens."""
+        self.role = role
+        """``"engine"`` drives runs; ``"client"`` only reads, starts and sends messages."""
+        self._ownership_options = {
+            "lease_ttl": parse_duration(lease_ttl, field="lease_ttl"),
+            "lease_renew_interval": parse_duration(
+                lease_renew_interval, field="lease_renew_interval"
+            ),
+            "lease_wait_timeout": parse_duration(lease_wait_timeout, field="lease_wait_timeout"),
+            "poll_interval": min(1.0, float(poll_interval)),
+            "claim_ttl": parse_duration(claim_ttl, field="claim_ttl"),
+            "claim_renew_interval": parse_duration(
+                claim_renew_interval, field="claim_renew_interval"
+            ),
+        }
         self.ownership = ownership
+        """The ownership mode in use. ``ownership=None`` (the default) picks the mode the
+        store already records, else ``"none"`` on SQLite and memory and
+        ``"workflow-lease"`` on PostgreSQL; known for sure once the engine is open."""
+        self._store_lock: StoreFileLock | None = None
         self._lease: LeaseManager | None = None
-        if ownership == "lease":
-            self._lease = LeaseManager(
-                store,
-                self.clock,
-                self.instance_id,
-                ttl_s=parse_duration(lease_ttl, field="lease_ttl"),
-                renew_interval_s=parse_duration(lease_renew_interval, field="lease_renew_interval"),
-                wait_timeout_s=parse_duration(lease_wait_timeout, field="lease_wait_timeout"),
-                poll_interval_s=min(1.0, float(poll_interval)),
-                on_deposed=self._deposed,
-            )
-        if ownership == "workflow-lease":
-            self._core.claims = ClaimRegistry(
-                store,
-                self.clock,
-                self.instance_id,
-                ttl_s=parse_duration(claim_ttl, field="claim_ttl"),
-                renew_interval_s=parse_duration(claim_renew_interval, field="claim_renew_interval"),
-                on_lost=self._core.claim_lost,
-            )
+        self._detect_second_instance = detect_second_instance
+        self._use_ownership(ownership)
         self._claim_timer: TimerHandle | None = None
         self._closing: asyncio.Future[None] | None = None
         self._claim_task: asyncio.Task[None] | None = None
@@ -239,14 +269,7 @@ class Engine:
             if detect_second_instance
             else None
         )
-        self._wakeups = WakeupPoller(self._core, adopt_orphans=recover)
-        core = self._core
-        if ownership == "workflow-lease":
-            core.redriver = Redriver(core.resume_run, core.probe_store, core.reclaim)
-        elif recover:
-            core.redriver = Redriver(
-                core.resume_run, core.probe_store, lambda: control.recover_all(core)
-            )
+        self._wakeups = WakeupPoller(self._core, adopt_orphans=self._recover)
         self._sweeper = maintenance.RetentionSweeper(
             self._core, kept, sweep_every, retention_batch_size
         )
@@ -310,6 +333,44 @@ class Engine:
         """``{workflow type: version}`` of every registered workflow."""
         return {name: d.version for name, d in sorted(self._core.workflows.items())}
 
+    # --- ownership --------------------------------------------------------------------
+
+    def _use_ownership(self, mode: str) -> None:
+        """Set up what ``mode`` needs: the file lock, the store lease, or run claims."""
+        if mode == "workflow-lease" and self._detect_second_instance:
+            raise ConfigurationError(
+                "detect_second_instance is for ownership='none' or 'lease'; with "
+                "'workflow-lease' (the default on PostgreSQL) several engines share the store "
+                "on purpose. Pass ownership='none' or 'lease' explicitly to use the detector"
+            )
+        store, opts = self._core.storage, self._ownership_options
+        self.ownership = mode
+        self._store_lock, self._lease, self._core.claims = None, None, None
+        if self.role == "client":
+            return  # a client takes no lock, no lease and no claims: it never drives runs
+        if mode == "none" and isinstance(store, SQLiteStorage) and not store.read_only:
+            self._store_lock = StoreFileLock(store.path)
+        elif mode == "lease":
+            self._lease = LeaseManager(
+                store,
+                self.clock,
+                self.instance_id,
+                ttl_s=opts["lease_ttl"],
+                renew_interval_s=opts["lease_renew_interval"],
+                wait_timeout_s=opts["lease_wait_timeout"],
+                poll_interval_s=opts["poll_interval"],
+                on_deposed=self._deposed,
+            )
+        elif mode == "workflow-lease":
+            self._core.claims = ClaimRegistry(
+                store,
+                self.clock,
+                self.instance_id,
+                ttl_s=opts["claim_ttl"],
+                renew_interval_s=opts["claim_renew_interval"],
+                on_lost=self._core.claim_lost,
+            )
+
     # --- lifecycle --------------------------------------------------------------------
 
     async def __aenter__(self) -> Engine:
@@ -335,12 +396,46 @@ class Engine:
                 f"{type(core.storage).__name__} does not declare atomic and conditional "
                 "batches; the engine needs both to commit steps safely"
             )
+        self.incarnation = current(self.engine_id, self.instance_id)
+        if self._auto_ownership:
+            stored = await stored_mode(core.storage)
+            if stored in MODES and stored != self.ownership:
+                self._use_ownership(stored)  # join the protocol the store already uses
+        if self._store_lock is not None:
+            # First of all: a second engine on this file must not write a single byte.
+            try:
+                self._store_lock.acquire(engine_id=self.engine_id, instance_id=self.instance_id)
+            except BaseException:
+                core.state = "closed"
+                if self._owns_storage:
+                    await core.storage.close()
+                raise
+        try:
+            await self._open(core)
+        except BaseException:
+            if self._store_lock is not None and core.state == "new":
+                self._store_lock.release()  # shutdown() releases it once the engine opened
+            raise
+
+    @property
+    def engine_id(self) -> str:
+        """This engine's stable identity: ``Engine(engine_id=...)``, or host + store +
+        registered workflow types. A restarted engine with the same id takes back the
+        lease and claims of its previous incarnation at once when that process is dead."""
+        if self._engine_id is None:
+            return default_engine_id(store_label(self._core.storage), self._core.workflows)
+        return self._engine_id
+
+    async def _open(self, core: EngineCore) -> None:
         await self._check_schema()
-        await check_mode_marker(core.storage, self.ownership, self.clock.now())
+        if self.role == "engine":
+            await check_mode_marker(core.storage, self.ownership, self.clock.now())
         if self._lease is not None:
+            self._lease.identity = self.incarnation
             await self._lease.acquire()  # before recovery: never drive runs we do not own
             core.committer.fence = self._lease
         if core.claims is not None:
+            core.claims.identity = self.incarnation
             core.committer.fence = core.claims
         self._executor = ThreadPoolExecutor(
             max_workers=self._activity_threads, thread_name_prefix="pyweft-activity"
@@ -363,6 +458,14 @@ class Engine:
         self._updates = UpdateClient(core.services, core.runs)
         core.services.on_update_response = self._updates.on_response
         self._reviews = ReviewDesk(core.services, core.runs)
+        # After a storage failure, resumed runs are followed by a sweep for runs nobody
+        # drives here: the reclaim scan under workflow-lease, else recovery (if enabled).
+        if core.claims is not None:
+            core.redriver = Redriver(core.resume_run, core.probe_store, core.reclaim)
+        elif self._recover:
+            core.redriver = Redriver(
+                core.resume_run, core.probe_store, lambda: control.recover_all(core)
+            )
         core.state = "open"
         try:
             if self._recover:
@@ -370,8 +473,10 @@ class Engine:
         except BaseException:
             await self.shutdown()
             raise
-        self._sweeper.start()
-        await self._wakeups.start()
+        if self.role == "engine":
+            self._sweeper.start()
+        if not getattr(core.storage, "read_only", False):
+            await self._wakeups.start()  # it tidies wake markers: nothing to do read-only
         if core.claims is not None:
             self._arm_claims()
         if self._detector is not None:
@@ -380,6 +485,8 @@ class Engine:
     async def _check_schema(self) -> None:
         storage, committer = self._core.storage, self._core.committer
         raw = await storage.get(keys.SCHEMA_KEY)
+        if raw is None and getattr(storage, "read_only", False):
+            return  # a read-only look at a store no engine has initialised yet
         if raw is None:
             value = str(keys.SCHEMA_VERSION).encode()
             await committer.commit(
@@ -441,6 +548,8 @@ class Engine:
             await self._lease.release()
         if self._owns_storage:
             await core.storage.close()
+        if self._store_lock is not None:
+            self._store_lock.release()
 
     def _arm_claims(self) -> None:
         """Renew our claims and take over abandoned runs, every claim renewal interval."""

@@ -84,12 +84,23 @@ class WakeupPoller:
                 state_key = keys.wf(workflow_id)
                 state_raw = await core.storage.get(state_key)
                 try:
-                    finished = state_raw is None or (
-                        records.decode_state(state_raw, key=state_key).status
-                        in records.TERMINAL_STATUSES
+                    state = (
+                        records.decode_state(state_raw, key=state_key)
+                        if state_raw is not None
+                        else None
                     )
                 except CorruptRecordError:
-                    finished = False  # not ours to judge: adopting it below quarantines it
+                    state = None  # not ours to judge: adopting it below quarantines it
+                    finished = False
+                else:
+                    finished = state is None or state.status in records.TERMINAL_STATUSES
+                if state is not None and state.status == "pending":
+                    # Created for later by a client: arm its start timer here.
+                    if not self._adopt_orphans or state.type not in core.workflows:
+                        continue
+                    if workflow_id not in core.pending_timers:
+                        core.arm_pending(state)
+                    finished = True  # nothing more to adopt: the marker has done its job
                 # A marker of a finished (or purged) run is stale: nobody needs it.
                 if not finished and (
                     not self._adopt_orphans or not await core.resume_run(workflow_id)

@@ -23,7 +23,8 @@ DEFAULT_URL = "sqlite:///pyweft.db"
 SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
 SUPPORTED_FORMS = (
     "sqlite:///relative/path.db, sqlite:////absolute/path.db (optionally with "
-    "?synchronous=FULL or ?synchronous=NORMAL), a plain path ending in "
+    "?synchronous=FULL or ?synchronous=NORMAL, and ?allow_foreign_tables=1), a plain path "
+    "ending in "
     f"{'/'.join(SQLITE_SUFFIXES)}, postgresql://user@host:5432/dbname (optionally with "
     "?schema=name), or memory://"
 )
@@ -34,18 +35,29 @@ def default_storage_url() -> str:
     return os.environ.get(ENV_VAR, "").strip() or DEFAULT_URL
 
 
-def open_storage(url: str | None = None, *, sqlite_synchronous: str = "FULL") -> Storage:
+def open_storage(
+    url: str | None = None,
+    *,
+    sqlite_synchronous: str = "FULL",
+    sqlite_create: bool = True,
+    read_only: bool = False,
+) -> Storage:
     """Open the adapter ``url`` names (default: :func:`default_storage_url`).
 
     ``sqlite_synchronous`` applies to SQLite unless the URL's own
     ``?synchronous=`` says otherwise; the more specific setting wins.
+    ``sqlite_create=False`` refuses a missing SQLite file instead of creating it;
+    ``read_only=True`` opens SQLite read-only (never creates or changes the file).
     Raises :class:`~pyweft.errors.ConfigurationError` for anything unusable.
     """
     text = default_storage_url() if url is None else url.strip()
     scheme, sep, rest = text.partition("://")
+    sqlite_opts = {"create": sqlite_create, "read_only": read_only}
     if not sep:
         if text.lower().endswith(SQLITE_SUFFIXES):
-            return SQLiteStorage(os.path.expanduser(text), synchronous=sqlite_synchronous)
+            return SQLiteStorage(
+                os.path.expanduser(text), synchronous=sqlite_synchronous, **sqlite_opts
+            )
         raise _unsupported(text)
     scheme = scheme.lower()
     if scheme == "memory":
@@ -62,11 +74,11 @@ def open_storage(url: str | None = None, *, sqlite_synchronous: str = "FULL") ->
             f"drop the driver suffix: {_redact(scheme.partition('+')[0] + '://' + rest)!r}"
         )
     if scheme == "sqlite":
-        return _open_sqlite(text, rest, sqlite_synchronous)
+        return _open_sqlite(text, rest, sqlite_synchronous, sqlite_opts)
     raise _unsupported(text)
 
 
-def _open_sqlite(url: str, rest: str, synchronous: str) -> SQLiteStorage:
+def _open_sqlite(url: str, rest: str, synchronous: str, opts: dict[str, bool]) -> SQLiteStorage:
     location, _, query = rest.partition("?")
     if location.strip("/") == ":memory:":
         raise ConfigurationError(
@@ -88,14 +100,27 @@ def _open_sqlite(url: str, rest: str, synchronous: str) -> SQLiteStorage:
             f"storage URL {url!r} names no database file; "
             "use sqlite:///relative/path.db or sqlite:////absolute/path.db"
         )
+    allow_foreign = False
     for name, value in parse_qsl(query, keep_blank_values=True):
-        if name != "synchronous":
+        if name == "synchronous":
+            synchronous = value
+        elif name == "allow_foreign_tables":
+            if value.lower() not in ("1", "true", "yes", "0", "false", "no"):
+                raise ConfigurationError(
+                    f"storage URL {url!r}: allow_foreign_tables takes 1 or 0, got {value!r}"
+                )
+            allow_foreign = value.lower() in ("1", "true", "yes")
+        else:
             raise ConfigurationError(
-                f"storage URL {url!r}: unknown SQLite option {name!r}; "
-                "the only option is synchronous=FULL or synchronous=NORMAL"
+                f"storage URL {url!r}: unknown SQLite option {name!r}; the options are "
+                "synchronous=FULL|NORMAL and allow_foreign_tables=1"
             )
-        synchronous = value
-    return SQLiteStorage(os.path.expanduser(path), synchronous=synchronous)
+    return SQLiteStorage(
+        os.path.expanduser(path),
+        synchronous=synchronous,
+        allow_foreign_tables=allow_foreign,
+        **opts,
+    )
 
 
 def _open_postgres(url: str) -> PostgresStorage:

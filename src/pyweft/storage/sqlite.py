@@ -22,6 +22,7 @@ import sqlite3
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future as ThreadFuture
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from pyweft.errors import ConfigurationError, StorageClosedError, StorageError
@@ -48,6 +49,8 @@ _SQL_SCAN = {
         "SELECT key, value FROM kv WHERE key >= ? AND key < ? ORDER BY key DESC LIMIT ?"
     ),
 }
+_SQL_OBJECTS = "SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite!_%' ESCAPE '!'"
+_SQL_KV_COLUMNS = "PRAGMA table_info(kv)"
 _SQL_JOURNAL_WAL = "PRAGMA journal_mode=WAL"
 _SQL_SYNCHRONOUS = {
     "FULL": "PRAGMA synchronous=FULL",
@@ -239,6 +242,13 @@ class SQLiteStorage:
     ``busy_timeout_s`` bounds how long a commit waits for a lock held by
     another process before raising :class:`~pyweft.errors.StorageError`.
 
+    The file must be pyweft's own: a database that holds other tables (another
+    application's) is refused with :class:`~pyweft.errors.ConfigurationError`
+    before anything in it changes, unless ``allow_foreign_tables=True``.
+    ``create=False`` refuses a missing file instead of creating it;
+    ``read_only=True`` also never writes (no WAL switch, no table; writes raise
+    :class:`~pyweft.errors.StorageError`), for tools that only look.
+
     Cancelling a caller does not withdraw a batch already handed to the
     writer thread: treat its outcome as unknown, as with any remote store.
     """
@@ -249,6 +259,9 @@ class SQLiteStorage:
         *,
         synchronous: str = "FULL",
         busy_timeout_s: float = 5.0,
+        create: bool = True,
+        read_only: bool = False,
+        allow_foreign_tables: bool = False,
     ) -> None:
         mode = str(synchronous).upper()
         if mode not in _SQL_SYNCHRONOUS:
@@ -260,6 +273,13 @@ class SQLiteStorage:
             raise ConfigurationError(f"busy_timeout_s must be >= 0, got {busy_timeout_s}")
         self._path = os.fspath(path)
         _check_path(self._path)
+        if (read_only or not create) and not os.path.exists(self._path):
+            raise ConfigurationError(
+                f"there is no SQLite database at {self._path!r}; check the path (this "
+                f"{'read-only ' if read_only else ''}open never creates a store)"
+            )
+        self._read_only = read_only
+        self._allow_foreign = allow_foreign_tables
         self._synchronous: str = mode
         self._busy_timeout_s = busy_timeout_s
         self._capabilities = StorageCapabilities(
@@ -268,17 +288,21 @@ class SQLiteStorage:
         self._closed = False
         self._close_task: asyncio.Future[None] | None = None
         self._transactions = 0  # committed by the writer; lets tests observe grouping
-        # The writer goes first: it switches the file to WAL and creates the table.
-        self._writer: _Worker[_WriteJob] = self._start_worker(
-            "pyweft-sqlite-writer", self._connect_writer, self._run_writes
-        )
+        # The writer goes first: it checks the file is ours, switches it to WAL and creates
+        # the table. A read-only store has no writer at all.
+        self._writer: _Worker[_WriteJob] | None = None
+        if not read_only:
+            self._writer = self._start_worker(
+                "pyweft-sqlite-writer", self._connect_writer, self._run_writes
+            )
         try:
             self._reader: _Worker[_ReadJob] = self._start_worker(
                 "pyweft-sqlite-reader", self._connect_reader, self._run_reads
             )
         except BaseException:
-            self._writer.stop(None)
-            self._writer.join()
+            if self._writer is not None:
+                self._writer.stop(None)
+                self._writer.join()
             raise
 
     @property
@@ -289,6 +313,11 @@ class SQLiteStorage:
     def path(self) -> str:
         """The database file this adapter writes to."""
         return self._path
+
+    @property
+    def read_only(self) -> bool:
+        """True when opened with ``read_only=True``: reads only, writes raise."""
+        return self._read_only
 
     @property
     def synchronous(self) -> str:
@@ -377,6 +406,10 @@ class SQLiteStorage:
         conditions, ops = tuple(conditions), tuple(ops)
         _check_ops(ops)
         self._raise_if_closed()
+        if self._writer is None:
+            raise StorageError(
+                f"SQLiteStorage for {self._path} was opened read-only; nothing was written"
+            )
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         self._writer.submit(_WriteJob(conditions, ops, future, loop))
@@ -385,10 +418,11 @@ class SQLiteStorage:
 
     async def _shutdown(self) -> None:
         loop = asyncio.get_running_loop()
-        stopped = [self._reader.stop(loop), self._writer.stop(loop)]
+        workers = [w for w in (self._reader, self._writer) if w is not None]
+        stopped = [w.stop(loop) for w in workers]
         await asyncio.gather(*(f for f in stopped if f is not None))
-        self._reader.join()
-        self._writer.join()
+        for worker in workers:
+            worker.join()
 
     def _raise_if_closed(self) -> None:
         if self._closed:
@@ -407,15 +441,28 @@ class SQLiteStorage:
         try:
             return _Worker(name, connect, run_group, self._closed_error)
         except sqlite3.Error as exc:
+            why = "" if self._read_only else _read_only_reason(self._path)
+            if why:
+                raise StorageError(
+                    f"could not open SQLite database {self._path}: {why}, so pyweft cannot "
+                    "write to it. Make it writable, or use a read-only open for inspection "
+                    f"(SQLiteStorage(..., read_only=True)). ({exc})"
+                ) from exc
             raise StorageError(f"could not open SQLite database {self._path}: {exc}") from exc
 
     def _closed_error(self) -> StorageClosedError:
         return StorageClosedError(f"SQLiteStorage for {self._path} was closed")
 
     def _connect(self, pragmas: Sequence[str]) -> sqlite3.Connection:
-        conn = sqlite3.connect(
-            self._path, timeout=self._busy_timeout_s, isolation_level=None, cached_statements=32
-        )
+        if self._read_only:
+            conn = self._connect_read_only()
+        else:
+            conn = sqlite3.connect(
+                self._path,
+                timeout=self._busy_timeout_s,
+                isolation_level=None,
+                cached_statements=32,
+            )
         try:
             for pragma in pragmas:
                 conn.execute(pragma)
@@ -424,9 +471,34 @@ class SQLiteStorage:
             raise
         return conn
 
+    def _connect_read_only(self) -> sqlite3.Connection:
+        base = Path(os.path.abspath(self._path)).as_uri()
+
+        def connect(options: str) -> sqlite3.Connection:
+            return sqlite3.connect(
+                f"{base}?{options}",
+                timeout=self._busy_timeout_s,
+                isolation_level=None,
+                cached_statements=32,
+                uri=True,
+            )
+
+        conn = connect("mode=ro")
+        try:
+            conn.execute(_SQL_OBJECTS).fetchall()  # WAL files are opened on first read
+            return conn
+        except sqlite3.OperationalError:
+            conn.close()
+            if not _on_read_only_filesystem(self._path):
+                raise
+        # A WAL database on a read-only filesystem: SQLite cannot create its shared-memory
+        # file there. Nothing can write on that filesystem either, so read it as immutable.
+        return connect("mode=ro&immutable=1")
+
     def _connect_writer(self) -> sqlite3.Connection:
         conn = self._connect(())
         try:
+            self._check_ours(conn)  # before the first byte changes, WAL switch included
             (mode,) = conn.execute(_SQL_JOURNAL_WAL).fetchone()
             if str(mode).lower() != "wal":
                 raise sqlite3.OperationalError(f"cannot switch to WAL mode (journal_mode={mode})")
@@ -443,7 +515,43 @@ class SQLiteStorage:
         return conn
 
     def _connect_reader(self) -> sqlite3.Connection:
-        return self._connect((*_SQL_COMMON_PRAGMAS, *_SQL_READER_PRAGMAS))
+        conn = self._connect((*_SQL_COMMON_PRAGMAS, *_SQL_READER_PRAGMAS))
+        if self._read_only:
+            try:
+                if not self._check_ours(conn):
+                    raise ConfigurationError(
+                        f"SQLite database {self._path!r} holds no pyweft store (no kv table); "
+                        "check the path"
+                    )
+            except BaseException:
+                conn.close()
+                raise
+        return conn
+
+    def _check_ours(self, conn: sqlite3.Connection) -> bool:
+        """Refuse another application's database; True when pyweft's table is there."""
+        objects = conn.execute(_SQL_OBJECTS).fetchall()
+        foreign = sorted(f"{kind} {name}" for kind, name in objects if name != "kv")
+        if foreign and not self._allow_foreign:
+            shown = ", ".join(foreign[:5]) + (
+                f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+            )
+            raise ConfigurationError(
+                f"SQLite database {self._path!r} holds objects that are not pyweft's ({shown}); "
+                "it looks like another application's database, so pyweft left it untouched. "
+                "Point pyweft at a file of its own, or pass allow_foreign_tables=True "
+                "(?allow_foreign_tables=1 in the URL) to share this file on purpose"
+            )
+        if not any(name == "kv" for _, name in objects):
+            return False
+        columns = [(row[1], str(row[2]).upper(), row[5]) for row in conn.execute(_SQL_KV_COLUMNS)]
+        if columns != [("key", "TEXT", 1), ("value", "BLOB", 0)]:
+            raise ConfigurationError(
+                f"SQLite database {self._path!r} has a table named kv that is not pyweft's "
+                f"(columns {[c[0] for c in columns]}); pyweft left it untouched. Point pyweft "
+                "at a file of its own"
+            )
+        return True
 
     def _run_writes(self, conn: sqlite3.Connection, jobs: list[_WriteJob]) -> list[object]:
         """Run every queued batch in one transaction: all commit, or all fail.
@@ -523,6 +631,25 @@ def _check_path(path: str) -> None:
             f"cannot create SQLite database {path!r}: directory {parent!r} does not exist; "
             "create it first (pyweft does not create directories)"
         )
+
+
+def _on_read_only_filesystem(path: str) -> bool:
+    try:
+        return bool(os.statvfs(os.path.dirname(os.path.abspath(path))).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        return False
+
+
+def _read_only_reason(path: str) -> str:
+    """Why ``path`` cannot be written, in words, or "" when it looks writable."""
+    parent = os.path.dirname(os.path.abspath(path)) or "."
+    if _on_read_only_filesystem(path):
+        return f"it is on a read-only filesystem ({parent})"
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        return "the file is read-only (no write permission)"
+    if not os.access(parent, os.W_OK):
+        return f"its directory {parent} is read-only (no write permission)"
+    return ""
 
 
 def _check_key(key: str) -> None:

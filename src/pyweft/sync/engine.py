@@ -75,7 +75,9 @@ class Engine:
         retention: Mapping[str, Duration] | None = None,
         retention_sweep_interval: Duration = 60.0,
         retention_batch_size: int = 500,
-        ownership: str = "none",
+        ownership: str | None = None,
+        role: Literal["engine", "client"] = "engine",
+        engine_id: str | None = None,
         lease_ttl: Duration = 30.0,
         lease_renew_interval: Duration = 5.0,
         lease_wait_timeout: Duration = 60.0,
@@ -108,6 +110,8 @@ class Engine:
                 retention_sweep_interval=retention_sweep_interval,
                 retention_batch_size=retention_batch_size,
                 ownership=ownership,
+                role=role,
+                engine_id=engine_id,
                 lease_ttl=lease_ttl,
                 lease_renew_interval=lease_renew_interval,
                 lease_wait_timeout=lease_wait_timeout,
@@ -259,6 +263,10 @@ class Engine:
     @property
     def instance_id(self) -> str:
         return self._engine.instance_id
+
+    @property
+    def engine_id(self) -> str:
+        return self._engine.engine_id
 
     @property
     def ownership(self) -> str:

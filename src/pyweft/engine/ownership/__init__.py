@@ -14,6 +14,48 @@ MODES: tuple[str, ...] = ("none", "lease", "workflow-lease")
 MARKER_KEY = "meta:ownership-mode"
 
 
+def resolve_ownership(mode: str | None, storage: Storage) -> str:
+    """The mode an engine uses: ``mode`` itself, or the store's default for ``None``
+    (at open, an engine with ``None`` then joins the mode the store's marker records).
+
+    No default may run a step twice: a local store (SQLite, memory) defaults to
+    ``"none"``, which on SQLite takes the file lock so a second engine cannot open;
+    a shared store (PostgreSQL, any adapter declaring ``persistence="remote"``)
+    defaults to ``"workflow-lease"``, where every run is fenced by its own claim.
+    """
+    if mode is not None:
+        return mode
+    return "workflow-lease" if storage.capabilities.persistence == "remote" else "none"
+
+
+async def stored_mode(storage: Storage) -> str | None:
+    """The fencing mode the store's marker records, if any (engines with ``"none"``
+    leave no marker)."""
+    raw = await storage.get(MARKER_KEY)
+    if raw is None:
+        return None
+    try:
+        mode = json.loads(raw).get("mode")
+    except (ValueError, AttributeError):
+        return None
+    return mode if isinstance(mode, str) else None
+
+
+def store_label(storage: Storage) -> str:
+    """A stable name for where ``storage`` keeps its data (for the default engine id)."""
+    path = getattr(storage, "path", None)
+    if isinstance(path, str):
+        import os
+
+        return "sqlite:" + os.path.realpath(path)
+    schema = getattr(storage, "schema", None)
+    if isinstance(schema, str):
+        return f"{type(storage).__name__}:{storage!r}:{schema}"
+    # Anything else (a wrapper, a custom adapter): its type, which is stable across
+    # restarts; an engine only ever sees the records of its own store anyway.
+    return f"{type(storage).__module__}.{type(storage).__qualname__}"
+
+
 async def check_mode_marker(storage: Storage, mode: str, now: float) -> None:
     """Fencing modes must not share a store: record ours, or refuse a different one."""
     if mode == "none":

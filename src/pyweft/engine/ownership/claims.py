@@ -6,8 +6,12 @@ Per run, two keys (as for the store lease, and for the same reason):
   claim moves to another engine, or when another engine suspends, cancels or
   purges the run; never deleted, so a reused id can never resurrect an old
   epoch.
-* ``own:h:{id}`` — JSON ``{engine_id, epoch, expires_at_ms, claimed_at}``,
-  rewritten by renewals, deleted when the owner finishes or suspends the run.
+* ``own:h:{id}`` — JSON ``{instance, engine_id, host, pid, epoch, expires_at_ms,
+  claimed_at, ...}``, rewritten by renewals, deleted when the owner finishes or
+  suspends the run. ``instance`` names the owning engine in its process;
+  ``engine_id`` (stable across restarts), ``host``, ``pid`` and the process's
+  start time let a restarted engine prove that an earlier incarnation of itself
+  is gone and take its claims back at once rather than after their TTL.
 
 A claim is taken in the same batch that makes a run runnable (start, child
 start, delayed start, resume, takeover), conditioned on the exact holder and
@@ -29,6 +33,7 @@ from dataclasses import dataclass
 
 from pyweft.clock import Clock
 from pyweft.engine import keys
+from pyweft.engine.ownership.identity import Incarnation, incarnation_from, provably_gone
 from pyweft.engine.ownership.lease import decode_epoch, encode_epoch
 from pyweft.errors import ConfigurationError, EngineDeposedError, LeaseCorruptedError
 from pyweft.storage.base import Delete, Expect, Op, Put, Storage
@@ -65,22 +70,27 @@ ClaimPlan = tuple[list[Op], list[Expect], Claim]
 
 @dataclass(frozen=True, slots=True)
 class HolderRecord:
-    engine_id: str
+    engine_id: str  # the owning engine's instance id (unique per process)
     epoch: int
     expires_at_ms: int
     claimed_at: float
+    owner: Incarnation | None = None  # None in records written before pyweft kept it
 
 
 def decode_holder(raw: bytes) -> HolderRecord | None:
     try:
         data = json.loads(raw)
+        # Records written before the stable engine id carried the instance id in
+        # ``engine_id``; newer ones carry it in ``instance``.
+        instance = str(data.get("instance") or data["engine_id"])
         record = HolderRecord(
-            str(data["engine_id"]),
+            instance,
             int(data["epoch"]),
             int(data["expires_at_ms"]),
             float(data["claimed_at"]),
+            incarnation_from(data, instance) if "instance" in data else None,
         )
-    except (ValueError, TypeError, KeyError, UnicodeDecodeError):
+    except (ValueError, TypeError, KeyError, UnicodeDecodeError, AttributeError):
         return None
     return record if record.engine_id and record.epoch >= 1 else None
 
@@ -111,6 +121,8 @@ class ClaimRegistry:
         self._on_lost = on_lost
         self.claims: dict[str, Claim] = {}
         self._renewing: asyncio.Task[None] | None = None
+        self.identity: Incarnation | None = None  # set by the engine when it opens
+        self._waiting_on: set[str] = set()  # live holders already logged as waited for
 
     # --- the fence ----------------------------------------------------------------------
 
@@ -150,19 +162,36 @@ class ClaimRegistry:
 
     def _holder(self, epoch: int, claimed_at: float) -> tuple[bytes, int]:
         expires = int((self._clock.now() + self.ttl) * 1000)
-        record = {
+        record: dict[str, object] = {
             "engine_id": self.engine_id,
             "epoch": epoch,
             "expires_at_ms": expires,
             "claimed_at": claimed_at,
         }
+        if self.identity is not None:
+            record.update(self.identity.fields())
         return json.dumps(record, separators=(",", ":")).encode(), expires
 
     def stale(self, holder: HolderRecord | None) -> bool:
+        """May this engine take the claim over? Yes when there is no holder, when it has
+        expired past its grace, or when it is a dead earlier incarnation of this engine."""
         if holder is None:
             return True
         grace_ms = GRACE_RENEWALS * self.renew_interval * 1000
-        return holder.expires_at_ms + grace_ms < self._clock.now() * 1000
+        if holder.expires_at_ms + grace_ms < self._clock.now() * 1000:
+            return True
+        if self.identity is not None and provably_gone(holder.owner, self.identity):
+            return True
+        if holder.engine_id != self.engine_id and holder.engine_id not in self._waiting_on:
+            self._waiting_on.add(holder.engine_id)
+            who = holder.owner.describe() if holder.owner is not None else "engine"
+            log.info(
+                "runs claimed by %s [%s] wait for it: its claims expire at %.3f unless renewed",
+                who,
+                holder.engine_id,
+                holder.expires_at_ms / 1000,
+            )
+        return False
 
     async def acquire_ops(self, workflow_id: str) -> ClaimPlan | None:
         """The writes and conditions that take the claim (to fold into the enabling batch).
@@ -256,6 +285,16 @@ class ClaimRegistry:
         except Exception:
             return  # cannot tell; the next fenced write or renewal will
         if epoch_now == claim.epoch_bytes:
+            try:
+                stored_raw = await self._storage.get(holder_key(workflow_id))
+            except Exception:
+                return
+            stored = decode_holder(stored_raw) if stored_raw is not None else None
+            if stored_raw is not None and stored is not None and stored.engine_id == self.engine_id:
+                # Our own record at our epoch: an earlier renewal landed but its reply
+                # was lost. Expect those bytes from now on; the next renewal extends it.
+                claim.holder_bytes, claim.expires_ms = stored_raw, stored.expires_at_ms
+                return
             # Same epoch, holder gone: this engine released it (finish or suspend commit
             # landed while the renewal was in flight). Nothing was lost.
             if self.claims.get(workflow_id) is claim:

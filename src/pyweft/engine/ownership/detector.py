@@ -2,7 +2,10 @@
 
 Each engine writes a heartbeat ``liveness:{instance}`` with a sequence number
 it increments every tick, and reads everyone else's. A peer whose sequence
-advanced across two consecutive ticks of ours is live: we warn once. No
+advanced across two consecutive ticks of ours is live: we warn once per
+incident (a peer that goes away and later comes back is a new incident), as
+one :class:`SecondInstanceWarning` through :mod:`warnings` and nothing else,
+so that a log set up with ``logging.captureWarnings(True)`` shows it once. No
 clocks are compared across hosts, so skewed or frozen clocks cannot fool it,
 and a short overlap during a clean redeploy stays quiet. A record counts only
 if it sits under the key its own instance id names (no spoofing). The
@@ -100,11 +103,11 @@ class SecondInstanceDetector:
                     f"while this one ({self.instance_id}) runs; with ownership='none' both may "
                     "execute the same steps. Run one engine per store or use ownership='lease'"
                 )
-                log.warning(message)
                 warnings.warn(message, SecondInstanceWarning, stacklevel=2)
         for gone in set(self._last) - seen:
             self._last.pop(gone, None)
             self._streak.pop(gone, None)
+            self.warned.discard(gone)  # if it comes back, that is a new incident
         if stale:
             await self._storage.batch([Delete(key=k) for k in stale])
         self._first = False

@@ -5,15 +5,21 @@ Two keys, because compare-and-swap compares whole values:
 * ``lease:epoch`` — 8 bytes, big-endian, in [1, 2**53 - 2]. It changes only
   when ownership moves to another holder, never on renewal, and is never
   deleted. Every engine-owned write is conditioned on it.
-* ``lease:holder`` — JSON ``{"holder_id", "expires_at_ms", "epoch"}``,
+* ``lease:holder`` — JSON ``{"holder_id", "expires_at_ms", "epoch"}`` plus who
+  holds it (``engine_id``, ``host``, ``pid``, process start time, boot id),
   rewritten by every renewal. A record that does not decode strictly is
   garbage: treated as expired and stealable, so it can never wedge the store.
 
 Acquire reads the holder, then the epoch (so a concurrent acquire can only
-look like "holder gone, epoch present"), waits while a live holder exists,
-and takes over with one conditional batch on the exact bytes it read. Renewal
+look like "holder gone, epoch present"), waits while a live holder exists (logging who
+holds it and until when), and takes over with one conditional batch on the
+exact bytes it read. A live record left by a dead earlier incarnation of this
+same engine (same ``engine_id`` and host, its process provably gone) is taken
+over at once instead of after its TTL. Renewal
 is single-flight and compares against the bytes this engine last wrote; a
-failed renewal CAS is a deposition, a storage error only a warning. Release
+failed renewal CAS is a deposition unless the stored record is this engine's
+own at its own epoch (a renewal that committed but whose reply was lost), and
+a storage error is only a warning. Release
 waits for a renewal in flight, then deletes the holder (never the epoch).
 """
 
@@ -28,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from pyweft.clock import Clock, TimerHandle
+from pyweft.engine.ownership.identity import Incarnation, incarnation_from, provably_gone
 from pyweft.errors import (
     ConfigurationError,
     EngineDeposedError,
@@ -67,17 +74,18 @@ class Holder:
     holder_id: str
     expires_at_ms: int
     epoch: int
+    owner: Incarnation | None = None  # None in records written before pyweft kept it
 
 
 def encode_holder(holder: Holder) -> bytes:
-    return json.dumps(
-        {
-            "holder_id": holder.holder_id,
-            "expires_at_ms": holder.expires_at_ms,
-            "epoch": holder.epoch,
-        },
-        separators=(",", ":"),
-    ).encode()
+    data: dict[str, Any] = {
+        "holder_id": holder.holder_id,
+        "expires_at_ms": holder.expires_at_ms,
+        "epoch": holder.epoch,
+    }
+    if holder.owner is not None:
+        data.update(holder.owner.fields())
+    return json.dumps(data, separators=(",", ":")).encode()
 
 
 def decode_holder(raw: bytes) -> Holder | None:
@@ -95,7 +103,7 @@ def decode_holder(raw: bytes) -> Holder | None:
         return None
     if type(epoch) is not int or not 1 <= epoch <= MAX_EPOCH:
         return None
-    return Holder(holder_id, expires, epoch)
+    return Holder(holder_id, expires, epoch, incarnation_from(data, holder_id))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -149,6 +157,7 @@ class LeaseManager:
         self._timer: TimerHandle | None = None
         self._stopped = False
         self.deposed = False
+        self.identity: Incarnation | None = None  # set by the engine before acquire()
 
     # --- fencing (used by the Committer for every engine write) ---------------------------
 
@@ -213,9 +222,23 @@ class LeaseManager:
                 holder is not None
                 and holder.holder_id != self.holder_id
                 and now_ms < holder.expires_at_ms
+                and not self._predecessor(holder)
             ):
+                if holder.holder_id != last_holder:
+                    log.info(
+                        "waiting for the store lease: held by %s until %s (in %.1fs)",
+                        _who(holder),
+                        _when(holder.expires_at_ms),
+                        (holder.expires_at_ms - now_ms) / 1000,
+                    )
                 last_holder = holder.holder_id
             else:
+                if holder is not None and now_ms < holder.expires_at_ms:
+                    log.warning(
+                        "taking the store lease back from %s at once: it is an earlier "
+                        "incarnation of this engine and its process is gone",
+                        _who(holder),
+                    )
                 if current + 1 > MAX_EPOCH:
                     raise LeaseCorruptedError("the lease epoch reached its ceiling; cannot acquire")
                 if await self._take(current + 1, holder_raw, epoch_raw):
@@ -232,10 +255,13 @@ class LeaseManager:
                 )
             await asyncio.sleep(min(self._poll, max(0.0, deadline - loop.time())))
 
+    def _predecessor(self, holder: Holder) -> bool:
+        return self.identity is not None and provably_gone(holder.owner, self.identity)
+
     async def _take(self, epoch: int, holder_raw: bytes | None, epoch_raw: bytes | None) -> bool:
         now = self._clock.now()
         new_epoch = encode_epoch(epoch)
-        holder = Holder(self.holder_id, int((now + self._ttl) * 1000), epoch)
+        holder = Holder(self.holder_id, int((now + self._ttl) * 1000), epoch, self.identity)
         holder_bytes = encode_holder(holder)
         ok = await self._storage.conditional_batch(
             [Expect(key=HOLDER_KEY, value=holder_raw), Expect(key=EPOCH_KEY, value=epoch_raw)],
@@ -269,25 +295,50 @@ class LeaseManager:
             return
         epoch = decode_epoch(self.epoch_bytes or b"")
         now = self._clock.now()
-        holder = Holder(self.holder_id, int((now + self._ttl) * 1000), epoch)
+        holder = Holder(self.holder_id, int((now + self._ttl) * 1000), epoch, self.identity)
         new_bytes = encode_holder(holder)
+        for attempt in range(2):
+            try:
+                ok = await self._storage.conditional_batch(
+                    [Expect(key=HOLDER_KEY, value=self._holder_bytes)],
+                    [Put(key=HOLDER_KEY, value=new_bytes)],
+                )
+            except Exception as exc:
+                if now * 1000 >= self._expires_ms:
+                    log.warning("lease renewal-unconfirmable: %s (the lease may have expired)", exc)
+                return
+            if ok:
+                self._holder_bytes, self._expires_ms, self._last_renewed = (
+                    new_bytes,
+                    holder.expires_at_ms,
+                    now,
+                )
+                return
+            if attempt == 0 and await self._own_record_stored():
+                continue  # an earlier renewal landed though its reply was lost: retry on it
+            break
+        self.depose("deposed: the holder record changed under a renewal")
+
+    async def _own_record_stored(self) -> bool:
+        """Is the stored holder this engine's own record at its own epoch? (A renewal
+        whose commit landed but whose reply was lost leaves exactly that.) If so, adopt
+        the stored bytes as the ones the next compare-and-swap expects."""
         try:
-            ok = await self._storage.conditional_batch(
-                [Expect(key=HOLDER_KEY, value=self._holder_bytes)],
-                [Put(key=HOLDER_KEY, value=new_bytes)],
-            )
-        except Exception as exc:
-            if now * 1000 >= self._expires_ms:
-                log.warning("lease renewal-unconfirmable: %s (the lease may have expired)", exc)
-            return
-        if ok:
-            self._holder_bytes, self._expires_ms, self._last_renewed = (
-                new_bytes,
-                holder.expires_at_ms,
-                now,
-            )
-        else:
-            self.depose("deposed: the holder record changed under a renewal")
+            raw = await self._storage.get(HOLDER_KEY)
+            epoch_raw = await self._storage.get(EPOCH_KEY)
+        except Exception:
+            return False
+        stored = decode_holder(raw) if raw is not None else None
+        if (
+            stored is None
+            or raw is None
+            or stored.holder_id != self.holder_id
+            or epoch_raw != self.epoch_bytes
+            or encode_epoch(stored.epoch) != self.epoch_bytes
+        ):
+            return False
+        self._holder_bytes, self._expires_ms = raw, stored.expires_at_ms
+        return True
 
     # --- release -----------------------------------------------------------------------
 
@@ -327,6 +378,18 @@ class LeaseManager:
             held_since=self._held_since,
             last_renewed_at=self._last_renewed,
         )
+
+
+def _who(holder: Holder) -> str:
+    if holder.owner is None:
+        return f"engine {holder.holder_id}"
+    return f"{holder.owner.describe()} [{holder.holder_id}]"
+
+
+def _when(expires_at_ms: int) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(expires_at_ms / 1000, UTC).isoformat(timespec="seconds")
 
 
 async def read_lease(storage: Storage, now: float) -> dict[str, Any]:
