@@ -65,7 +65,7 @@ def _result_timeout(workflow_id: str, timeout: float | None) -> ResultTimeoutErr
 
 async def cancel(core: EngineCore, workflow_id: str) -> None:
     core.services_or_raise()
-    await core.settled(workflow_id)
+    await core.resident(workflow_id)  # an evicted run is replayed to take the cancel
     run = core.runs.get(workflow_id)
     if run is not None:
         await run.request_cancel()
@@ -99,7 +99,7 @@ async def cancel(core: EngineCore, workflow_id: str) -> None:
 
 async def suspend(core: EngineCore, workflow_id: str) -> None:
     core.services_or_raise()
-    await core.settled(workflow_id)
+    await core.resident(workflow_id)
     run = core.runs.get(workflow_id)
     if run is not None:
         run.stopping = True

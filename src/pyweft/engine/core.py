@@ -23,6 +23,7 @@ from pyweft.engine.info import to_datetime
 from pyweft.engine.ownership.claims import ClaimRegistry
 from pyweft.engine.records import TERMINAL_STATUSES, ErrorInfo, WorkflowState
 from pyweft.engine.recovery import load_run
+from pyweft.engine.residency import Residency
 from pyweft.engine.run import Run, RunServices
 from pyweft.engine.visibility import Visibility
 from pyweft.errors import (
@@ -65,6 +66,7 @@ class EngineCore:
         self.services: RunServices | None = None
         self.state: Literal["new", "open", "closed"] = "new"
         self.claims: ClaimRegistry | None = None  # ownership="workflow-lease" only
+        self.residency = Residency(self)  # idle runs evicted from memory, still ours
         self._store_news = asyncio.Event()
 
     # --- notifications from the store -------------------------------------------------
@@ -118,6 +120,17 @@ class EngineCore:
         if task is not None:
             await asyncio.shield(task)
 
+    async def resident(self, workflow_id: str) -> Run | None:
+        """Like :meth:`settled`, and bring the run back into memory if it was evicted."""
+        await self.settled(workflow_id)
+        if self.residency.holds(workflow_id):
+            return await self.residency.restore(workflow_id)
+        return self.runs.get(workflow_id)
+
+    def driven_here(self, workflow_id: str) -> bool:
+        """True when this engine drives the run, in memory or evicted."""
+        return workflow_id in self.runs or self.residency.holds(workflow_id)
+
     # --- driving runs -----------------------------------------------------------------
 
     def launch(self, run: Run) -> None:
@@ -158,8 +171,8 @@ class EngineCore:
         engine holds is left to it.
         """
         services = self.services_or_raise()
-        if workflow_id in self.runs:
-            return False
+        if workflow_id in self.runs or self.residency.holds(workflow_id):
+            return False  # driven here already (evicted runs come back through residency)
         claims = self.claims
         if (
             claims is not None
