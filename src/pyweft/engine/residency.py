@@ -72,7 +72,7 @@ class Residency:
         """Write ``park:`` markers (only where one engine drives every run)."""
         self.evicted: dict[str, float | None] = {}  # id -> when it must wake up
         self.marked: set[str] = set()  # ids that may have a park marker in the store
-        self._evicting: dict[str, asyncio.Future[None]] = {}
+        self._evicting: dict[str, tuple[Run, asyncio.Future[None]]] = {}
         self._restoring: dict[str, asyncio.Task[None]] = {}
         self._woken: set[str] = set()
         self._sending: dict[str, int] = {}
@@ -90,10 +90,11 @@ class Residency:
 
     def holds(self, workflow_id: str) -> bool:
         """True when the run is this engine's but not (or not yet, or no longer) in memory."""
+        evicting = self._evicting.get(workflow_id)
         return (
             workflow_id in self.evicted
-            or workflow_id in self._evicting
             or workflow_id in self._restoring
+            or (evicting is not None and evicting[0].state.status not in TERMINAL_STATUSES)
         )
 
     def __len__(self) -> int:
@@ -110,7 +111,10 @@ class Residency:
             run.done.add_done_callback(lambda _: self._idle.pop(run.id, None))
         self._idle[run.id] = None
         self._idle.move_to_end(run.id)
-        if not self._sweep_due and self._resident() > self.max_cached_runs:
+        self._maybe_sweep()
+
+    def _maybe_sweep(self) -> None:
+        if not self._sweep_due and self._resident() > self.max_cached_runs and self._idle:
             self._sweep_due = True
             asyncio.get_running_loop().call_soon(self._sweep)
 
@@ -149,14 +153,14 @@ class Residency:
         wakes = {run.id: run.next_wake() for run in runs}
         loop = asyncio.get_running_loop()
         for run in runs:
-            self._evicting[run.id] = loop.create_future()
+            self._evicting[run.id] = (run, loop.create_future())
         try:
             if self.markers:
                 await self._mark(runs, wakes)
         except Exception as exc:
             log.warning("could not mark %d idle run(s) parked (%s); kept in memory", len(runs), exc)
             for run in runs:
-                self._evicting.pop(run.id).set_result(None)
+                self._evicting.pop(run.id)[1].set_result(None)
             return
         for run in runs:
             run.stop()
@@ -165,6 +169,7 @@ class Residency:
         if self._core.state == "open":
             for workflow_id in woken:
                 self._start_restore(workflow_id)  # something came for it meanwhile
+            self._maybe_sweep()  # runs that parked while these were being evicted
         elif stale := [park_key(i) for i in woken if i in self.marked]:
             # Closing: the next engine must replay these, not take them as parked.
             with contextlib.suppress(Exception):
@@ -172,9 +177,11 @@ class Residency:
 
     def _evicted(self, run: Run, wake_at: float | None, seq: int) -> bool:
         """Record an evicted run. True if something came for it while it was evicted."""
-        done = self._evicting.pop(run.id)
+        _, done = self._evicting.pop(run.id)
         done.set_result(None)
+        # Woken: news came, or a cancel or timeout reached it while it was being stopped.
         woken = run.wake_seq != seq or run.id in self._woken
+        woken = woken or run.cancel_requested or run.terminating is not None
         self._woken.discard(run.id)
         if run.state.status in TERMINAL_STATUSES:
             return False  # it finished meanwhile; a stale marker would only cost a replay
@@ -239,8 +246,8 @@ class Residency:
         """Bring a held run back into memory and past its replay (its handlers are
         registered again). Returns the run, or ``None`` if it is no longer ours to drive."""
         core = self._core
-        while (done := self._evicting.get(workflow_id)) is not None:
-            await asyncio.shield(done)
+        while (evicting := self._evicting.get(workflow_id)) is not None:
+            await asyncio.shield(evicting[1])
         task = self._restoring.get(workflow_id)
         if task is None and workflow_id in self.evicted:
             task = self._start_restore(workflow_id)
@@ -270,6 +277,7 @@ class Residency:
         core = self._core
         try:
             self.evicted.pop(workflow_id, None)
+            self._arm()
             if workflow_id in self.marked:
                 try:
                     await core.committer.commit([Delete(key=park_key(workflow_id))])
@@ -309,15 +317,19 @@ class Residency:
         self._arm()
 
     def _arm(self) -> None:
-        if not self._heap or self._core.state != "open":
-            return
-        first = self._heap[0][0]
-        if self._timer is not None and self._timer_at is not None and self._timer_at <= first:
+        """Keep one clock timer, at the earliest wake-up of a run still evicted."""
+        heap = self._heap
+        while heap and self.evicted.get(heap[0][1], -1.0) != heap[0][0]:
+            heapq.heappop(heap)  # that run came back (or was evicted again since)
+        first = heap[0][0] if heap and self._core.state == "open" else None
+        if first == self._timer_at:
             return
         if self._timer is not None:
             self._timer.cancel()
-        self._timer_at = first
-        self._timer = self._core.clock.call_at(first, self._due)
+        self._timer = self._timer_at = None
+        if first is not None:
+            self._timer_at = first
+            self._timer = self._core.clock.call_at(first, self._due)
 
     def _due(self) -> None:
         self._timer = self._timer_at = None
