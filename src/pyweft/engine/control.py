@@ -65,11 +65,13 @@ def _result_timeout(workflow_id: str, timeout: float | None) -> ResultTimeoutErr
 
 async def cancel(core: EngineCore, workflow_id: str) -> None:
     core.services_or_raise()
-    await core.resident(workflow_id)  # an evicted run is replayed to take the cancel
-    run = core.runs.get(workflow_id)
-    if run is not None:
+    # An evicted run is replayed to take the cancel; if it is evicted again before the
+    # request is written, it is brought back and asked again.
+    while (run := await core.resident(workflow_id)) is not None:
         await run.request_cancel()
-        return
+        if run.cancel_requested or not core.residency.holds(workflow_id):
+            core.residency.wake(workflow_id)  # evicted after the write: its replay takes it
+            return
     core.disarm_pending(workflow_id)
     # A running run may be driven by another process: record the request and wake that
     # engine, which delivers it (or the next engine to recover the run does).
