@@ -233,8 +233,11 @@ class Residency:
             else:
                 del self._sending[workflow_id]
 
-    def wake(self, workflow_id: str) -> None:
-        """Something for a held run was just committed in this process: bring it back."""
+    def wake(self, workflow_id: str, *, unmarked: bool = False) -> None:
+        """Something for a held run was just committed in this process: bring it back.
+        ``unmarked``: that batch deleted its park marker (the restore need not)."""
+        if unmarked:
+            self.marked.discard(workflow_id)
         if workflow_id in self._evicting or workflow_id in self._restoring:
             self._woken.add(workflow_id)  # evicting: restored when done; restoring: it looks
         elif workflow_id in self.evicted:

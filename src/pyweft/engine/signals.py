@@ -227,7 +227,9 @@ class SignalSender:
                     buffered(run, name, key, raw)
                     run.emit("signal_received", name=name, signal_id=signal_id)
                 elif self.residency is not None:
-                    self.residency.wake(workflow_id)  # evicted: replayed, it finds the signal
+                    self.residency.wake(
+                        workflow_id, unmarked=bool(extra)
+                    )  # evicted: replayed, it finds the signal
                 return True
         raise RuntimeError(f"could not buffer signal {name!r} for {workflow_id!r}: contention")
 

@@ -412,7 +412,9 @@ class UpdateClient:
                     if run.update_handlers:
                         asyncio.get_running_loop().create_task(process_updates(run))
                 elif self._residency is not None:
-                    self._residency.wake(workflow_id)  # evicted: replayed, it handles it
+                    self._residency.wake(
+                        workflow_id, unmarked=bool(extra)
+                    )  # evicted: replayed, it handles it
                 return update_id
         raise RuntimeError(f"could not submit update {name!r} to {workflow_id!r}: contention")
 
