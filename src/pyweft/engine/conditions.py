@@ -40,6 +40,7 @@ async def wait_until(
     started = pend.first_started_at if pend else clock.now()
     deadline = pend.deadline if pend else (None if timeout_s is None else started + timeout_s)
     while True:
+        seen = run.wake_seq
         held = bool(predicate())
         if held or (deadline is not None and clock.now() >= deadline):
             await run.commit_step(
@@ -54,4 +55,4 @@ async def wait_until(
                 )
             )
             return held
-        pend = await waits.park(run, step, "condition", "wait_until", deadline, started, pend)
+        pend = await waits.park(run, step, "condition", "wait_until", deadline, started, pend, seen)

@@ -74,11 +74,13 @@ def _result_timeout(workflow_id: str, timeout: float | None) -> ResultTimeoutErr
 
 async def cancel(core: EngineCore, workflow_id: str) -> None:
     core.services_or_raise()
-    await core.settled(workflow_id)
-    run = core.runs.get(workflow_id)
-    if run is not None:
+    # An evicted run is replayed to take the cancel; if it is evicted again before the
+    # request is written, it is brought back and asked again.
+    while (run := await core.resident(workflow_id)) is not None:
         await run.request_cancel()
-        return
+        if run.cancel_requested or not core.residency.holds(workflow_id):
+            core.residency.wake(workflow_id)  # evicted after the write: its replay takes it
+            return
     core.disarm_pending(workflow_id)
     # A running run may be driven by another process: record the request and wake that
     # engine, which delivers it (or the next engine to recover the run does).
@@ -108,7 +110,7 @@ async def cancel(core: EngineCore, workflow_id: str) -> None:
 
 async def suspend(core: EngineCore, workflow_id: str) -> None:
     core.services_or_raise()
-    await core.settled(workflow_id)
+    await core.resident(workflow_id)
     run = core.runs.get(workflow_id)
     if run is not None:
         run.stopping = True

@@ -23,6 +23,7 @@ from pyweft.engine.info import to_datetime
 from pyweft.engine.ownership.claims import ClaimRegistry
 from pyweft.engine.records import TERMINAL_STATUSES, ErrorInfo, WorkflowState
 from pyweft.engine.redrive import Redriver
+from pyweft.engine.residency import Residency
 from pyweft.engine.run import Run, RunServices
 from pyweft.engine.visibility import Visibility
 from pyweft.errors import (
@@ -69,6 +70,7 @@ class EngineCore:
         # Resumes runs a transient storage failure stopped here (Engine sets its sweep).
         self.redriver = Redriver(self.resume_run, self.probe_store, None)
         self.drives = True  # False for role="client": runs are stored, never driven here
+        self.residency = Residency(self)  # idle runs evicted from memory, still ours
         self._store_news = asyncio.Event()
 
     # --- notifications from the store -------------------------------------------------
@@ -121,6 +123,17 @@ class EngineCore:
         task = self.loading.get(workflow_id)
         if task is not None:
             await asyncio.shield(task)
+
+    async def resident(self, workflow_id: str) -> Run | None:
+        """Like :meth:`settled`, and bring the run back into memory if it was evicted."""
+        await self.settled(workflow_id)
+        if self.residency.holds(workflow_id):
+            return await self.residency.restore(workflow_id)
+        return self.runs.get(workflow_id)
+
+    def driven_here(self, workflow_id: str) -> bool:
+        """True when this engine drives the run, in memory or evicted."""
+        return workflow_id in self.runs or self.residency.holds(workflow_id)
 
     # --- driving runs -----------------------------------------------------------------
 
@@ -182,8 +195,8 @@ class EngineCore:
         engine holds is left to it.
         """
         services = self.services_or_raise()
-        if workflow_id in self.runs:
-            return False
+        if workflow_id in self.runs or self.residency.holds(workflow_id):
+            return False  # driven here already (evicted runs come back through residency)
         claims = self.claims
         if (
             claims is not None

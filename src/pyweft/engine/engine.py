@@ -54,6 +54,7 @@ from pyweft.engine.ownership.identity import (
 )
 from pyweft.engine.ownership.lease import LeaseHealth, LeaseManager
 from pyweft.engine.redrive import Redriver
+from pyweft.engine.residency import DEFAULT_MAX_CACHED_RUNS
 from pyweft.engine.reviews import ReviewDesk, ReviewInfo
 from pyweft.engine.run import RunServices
 from pyweft.engine.signals import SignalSender
@@ -96,6 +97,9 @@ class Engine:
     ``retention``: how long finished runs are kept per status (e.g.
     ``{"completed": "7d"}``); swept every ``retention_sweep_interval`` in
     batches of ``retention_batch_size``.
+    ``max_cached_runs``: how many runs stay in memory; past it, runs idle in a
+    wait (signal, update, condition, review, sleep) are evicted, oldest first,
+    and replayed from their journal when something concerns them.
     """
 
     supported_schema_version: int = keys.SCHEMA_VERSION
@@ -129,6 +133,7 @@ class Engine:
         second_instance_interval: Duration = 15.0,
         claim_ttl: Duration = 30.0,
         claim_renew_interval: Duration = 5.0,
+        max_cached_runs: int = DEFAULT_MAX_CACHED_RUNS,
     ) -> None:
         for option, given in (("workflows", workflows), ("activities", activities)):
             if callable(given) or isinstance(given, str):
@@ -152,6 +157,11 @@ class Engine:
         if not isinstance(poll_interval, int | float) or not 0 < poll_interval <= 60:
             raise ConfigurationError(
                 f"poll_interval must be a number of seconds in (0, 60], got {poll_interval!r}"
+            )
+        if type(max_cached_runs) is not int or max_cached_runs < 0:
+            raise ConfigurationError(
+                f"max_cached_runs must be an int >= 0 (how many runs stay in memory), "
+                f"got {max_cached_runs!r}"
             )
         if version_mismatch not in ("fail_run", "raise"):
             raise ConfigurationError(
@@ -219,6 +229,7 @@ class Engine:
             poll_interval=float(poll_interval),
             version_mismatch=version_mismatch,
         )
+        self._core.residency.max_cached_runs = max_cached_runs
         for fn in workflows:
             self.register_workflow(fn)
         for fn in activities:
@@ -453,11 +464,14 @@ class Engine:
             poll_interval=core.poll_interval,
             children=core,
             claims=core.claims,
+            on_idle=core.residency.idle,
         )
-        self._signals = SignalSender(core.services, core.runs)
-        self._updates = UpdateClient(core.services, core.runs)
+        # Park markers need one engine driving every run: not under workflow-lease.
+        core.residency.markers = core.claims is None
+        self._signals = SignalSender(core.services, core.runs, core.residency)
+        self._updates = UpdateClient(core.services, core.runs, core.residency)
         core.services.on_update_response = self._updates.on_response
-        self._reviews = ReviewDesk(core.services, core.runs)
+        self._reviews = ReviewDesk(core.services, core.runs, core.residency)
         # After a storage failure, resumed runs are followed by a sweep for runs nobody
         # drives here: the reclaim scan under workflow-lease, else recovery (if enabled).
         if core.claims is not None:
@@ -469,7 +483,10 @@ class Engine:
         core.state = "open"
         try:
             if self._recover:
+                if core.residency.markers:
+                    await core.residency.load_parked()
                 await self.recover_all()
+                core.residency.warm_up()
         except BaseException:
             await self.shutdown()
             raise
@@ -525,6 +542,7 @@ class Engine:
             await self._detector.stop()
         self._sweeper.stop()
         await self._wakeups.stop()
+        await core.residency.close()
         for timer in core.pending_timers.values():
             timer.cancel()
         core.pending_timers.clear()
@@ -698,8 +716,9 @@ class Engine:
         return await control.recover_all(self._core)
 
     def is_running_here(self, workflow_id: str) -> bool:
-        """True when this engine is currently driving the run."""
-        return workflow_id in self._core.runs
+        """True when this engine is currently driving the run (in memory, or evicted from
+        memory while it waits: it is replayed when something concerns it)."""
+        return self._core.driven_here(workflow_id)
 
     # --- messages -----------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
@@ -34,6 +34,9 @@ from pyweft.errors import (
     ReviewTimeoutError,
 )
 from pyweft.storage.base import Delete, Expect, Op, Put
+
+if TYPE_CHECKING:
+    from pyweft.engine.residency import Residency
 
 Decision = Literal["approved", "rejected", "needs_changes"]
 DECISIONS: tuple[str, ...] = ("approved", "rejected", "needs_changes")
@@ -239,6 +242,7 @@ async def _await_decision(
     review_id = pend.ref or ""
     key = keys.review(review_id)
     while True:
+        seen = run.wake_seq  # before looking (see waits.park)
         raw = await services.storage.get(key)
         if raw is None:
             raise ReviewNotFoundError(f"review {review_id!r} vanished", review_id=review_id)
@@ -292,7 +296,7 @@ async def _await_decision(
         if await _escalate(run, record, raw, escalation, now):
             continue
         wake = _next_wake(record, escalation)
-        await run.live(run.changed(wake))
+        await run.live(run.changed(wake, seen))
 
 
 async def _withdraw_after(run: Run, writing: asyncio.Future[bool], review_id: str) -> None:
@@ -366,9 +370,12 @@ def _encodable(text: str) -> bool:
 class ReviewDesk:
     """Decisions and listings for people (and the edges that serve them)."""
 
-    def __init__(self, services: RunServices, runs: dict[str, Run]) -> None:
+    def __init__(
+        self, services: RunServices, runs: dict[str, Run], residency: Residency | None = None
+    ) -> None:
         self._services = services
         self._runs = runs
+        self._residency = residency
 
     async def submit(
         self, review_id: str, decision: str, reviewer: str, feedback: str | None
@@ -387,6 +394,25 @@ class ReviewDesk:
             raise InvalidArgumentError(
                 "feedback holds a lone surrogate, which cannot be stored; fix the text's decoding"
             )
+        raw = await self._services.storage.get(keys.review(review_id))
+        if raw is None:
+            raise ReviewNotFoundError(f"no review with id {review_id!r}", review_id=review_id)
+        workflow_id = records.decode_review(raw).workflow_id
+        if self._residency is None:
+            await self._decide(review_id, decision, reviewer, feedback, [])
+        else:
+            async with self._residency.sending(workflow_id) as extra:
+                await self._decide(review_id, decision, reviewer, feedback, extra)
+        run = self._runs.get(workflow_id)
+        if run is not None:
+            run.emit("review_decided", review_id=review_id, decision=decision, reviewer=reviewer)
+            run.notify()
+        elif self._residency is not None:
+            self._residency.wake(workflow_id)  # evicted: replayed, it finds the decision
+
+    async def _decide(
+        self, review_id: str, decision: str, reviewer: str, feedback: str | None, extra: list[Op]
+    ) -> None:
         storage, key = self._services.storage, keys.review(review_id)
         while True:
             raw = await storage.get(key)
@@ -407,14 +433,12 @@ class ReviewDesk:
                 feedback=feedback,
                 decided_at=self._services.clock.now(),
             )
-            if record.workflow_id not in self._runs:
+            ops += extra
+            held = self._residency is not None and self._residency.holds(record.workflow_id)
+            if record.workflow_id not in self._runs and not held:
                 ops.append(Put(key=keys.wake(record.workflow_id), value=keys.wake_value()))
             if await self._services.committer.commit(ops, [Expect(key=key, value=raw)]):
-                break
-        run = self._runs.get(record.workflow_id)
-        if run is not None:
-            run.emit("review_decided", review_id=review_id, decision=decision, reviewer=reviewer)
-            run.notify()
+                return
 
     async def list(
         self, status: str | None, workflow_id: str | None, review_type: str | None

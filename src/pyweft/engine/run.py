@@ -96,6 +96,7 @@ class RunServices:
     claims: Any = None  # ClaimRegistry under ownership="workflow-lease"
     max_history_steps: int = 100_000
     large_payload_bytes: int = 256 * 1024  # a step result past this is worth a warning
+    on_idle: Callable[[Run], None] = lambda _: None  # every live step is a parked wait
 
 
 Deferred = list[tuple[StepRecord, list[Op], list[Expect]]]
@@ -142,6 +143,12 @@ TRANSIENT_FAILURES: tuple[type[BaseException], ...] = (StorageError, Superseded)
 
 class Run:
     """The in-memory driver of one run. Created by the engine, one per live run."""
+
+    # Wake-up bookkeeping for changed()/notify(); class-level defaults, set per run on use.
+    wake_seq: int = 0
+    """Bumped by every notify(). A wait reads it before it looks, and changed(since=...)
+    returns at once if it moved, so news between the look and the park is not missed."""
+    _parked: dict[asyncio.Future[None], float | None] | None = None
 
     def __init__(
         self,
@@ -341,34 +348,63 @@ class Run:
 
     def notify(self) -> None:
         """Something a waiting step may care about changed (signal, update, review)."""
+        self.wake_seq += 1
         waiters, self._changed = self._changed, []
         for fut in waiters:
             if not fut.done():
                 fut.set_result(None)
 
-    async def changed(self, deadline: float | None) -> None:
-        """Wait for a notification, the deadline, or the poll interval (for other processes)."""
+    async def changed(self, deadline: float | None, since: int | None = None) -> None:
+        """Wait for a notification or the deadline. Nothing polls: other processes' writes
+        arrive through wake-up markers (see wakeups). With ``since`` (the ``wake_seq`` read
+        before the caller last looked), return at once if news came after that look."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
         self._changed.append(fut)
-        poll = loop.call_later(self.services.poll_interval, _resolve, fut)
+        if since is not None and since != self.wake_seq:
+            fut.set_result(None)
         timer = (
             self.services.clock.call_at(deadline, lambda: _resolve(fut))
-            if deadline is not None
+            if deadline is not None and not fut.done()
             else None
         )
+        if self._parked is None:
+            self._parked = {}
         try:
+            if not fut.done() and self.updates_dirty and self.update_handlers:
+                await self._process_updates()  # requests that came while it was busy
+            if not fut.done():
+                self._parked[fut] = deadline
+                if self.idle:
+                    self.services.on_idle(self)
             await fut
         finally:
-            poll.cancel()
+            self._parked.pop(fut, None)
             if timer is not None:
                 timer.cancel()
             if fut in self._changed:
                 self._changed.remove(fut)
-        if self.updates_dirty and self.update_handlers and not self.replaying:
+        if self.updates_dirty and self.update_handlers:
+            await self._process_updates()
+
+    async def _process_updates(self) -> None:
+        if not self.replaying:
             from pyweft.engine.updates import process_updates
 
             await process_updates(self)
+
+    @property
+    def idle(self) -> bool:
+        """True while every live operation of the run is a wait parked in changed()."""
+        parked = len(self._parked) if self._parked else 0
+        return parked > 0 and parked == self._live_ops
+
+    def next_wake(self) -> float | None:
+        """The earliest time a parked wait (or the run's execution timeout) must wake up."""
+        times = [d for d in (self._parked or {}).values() if d is not None]
+        if self.state.deadline is not None:
+            times.append(self.state.deadline)
+        return min(times) if times else None
 
     # --- commits ------------------------------------------------------------------------
 

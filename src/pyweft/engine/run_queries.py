@@ -50,8 +50,7 @@ async def query(
     """Ask ``name`` of the run: here if it is driven here, else through the store."""
     core.services_or_raise()
     check_name(name, "query")
-    await core.settled(workflow_id)
-    run = core.runs.get(workflow_id)
+    run = await core.resident(workflow_id)  # an evicted run is replayed to answer
     if run is not None and not run.done.done():
         return _handler(run, name)(*args)
     state = await core.visibility.state(workflow_id)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyweft.engine import keys, records, waits
 from pyweft.engine.operations import operation
@@ -21,6 +21,9 @@ from pyweft.engine.records import SignalRecord, StepRecord, WorkflowState
 from pyweft.engine.run import Run, RunServices
 from pyweft.errors import WorkflowTerminalError
 from pyweft.storage.base import Delete, Expect, Op, Put
+
+if TYPE_CHECKING:
+    from pyweft.engine.residency import Residency
 
 MAX_SIGNAL_ID_BYTES = 128
 MAX_NAME_BYTES = 200
@@ -66,6 +69,7 @@ async def wait_for_signal(run: Run, step: int, name: str, timeout_s: float | Non
     started = pend.first_started_at if pend else clock.now()
     deadline = pend.deadline if pend else (None if timeout_s is None else started + timeout_s)
     while True:
+        seen = run.wake_seq  # before looking: a signal that lands after the look wakes the park
         head = await _next_signal(run, name)
         if head is not None:
             key, raw = head
@@ -86,7 +90,7 @@ async def wait_for_signal(run: Run, step: int, name: str, timeout_s: float | Non
             continue  # the signal changed under us; look again
         if deadline is not None and clock.now() >= deadline:
             raise await waits.record_timeout(run, step, "signal", name, started)
-        pend = await waits.park(run, step, "signal", name, deadline, started, pend)
+        pend = await waits.park(run, step, "signal", name, deadline, started, pend, seen)
 
 
 async def _next_signal(run: Run, name: str) -> tuple[str, bytes] | None:
@@ -123,12 +127,17 @@ def buffered(run: Run, name: str, key: str, raw: bytes) -> None:
 # --- the sending side ---------------------------------------------------------------
 
 
+def _driven_here(runs: dict[str, Run], residency: Residency | None, workflow_id: str) -> bool:
+    return workflow_id in runs or (residency is not None and residency.holds(workflow_id))
+
+
 @dataclass
 class SignalSender:
     """Buffers signals durably and wakes the run if this engine drives it."""
 
     services: RunServices
     runs: dict[str, Run]
+    residency: Residency | None = None
 
     def __post_init__(self) -> None:
         # Weak values: a lock lives only while some sender holds it.
@@ -155,10 +164,13 @@ class SignalSender:
         if lock is None:
             lock = self._locks[workflow_id] = asyncio.Lock()
         async with lock:  # senders in this process take turns: no CAS storms
-            return await self._send_locked(workflow_id, name, data, signal_id)
+            if self.residency is None:
+                return await self._send_locked(workflow_id, name, data, signal_id, [])
+            async with self.residency.sending(workflow_id) as extra:
+                return await self._send_locked(workflow_id, name, data, signal_id, extra)
 
     async def _send_locked(
-        self, workflow_id: str, name: str, data: bytes, signal_id: str | None
+        self, workflow_id: str, name: str, data: bytes, signal_id: str | None, extra: list[Op]
     ) -> bool:
         from pyweft.engine.visibility import not_found
 
@@ -186,7 +198,11 @@ class SignalSender:
                     signal_id=signal_id,
                 )
             )
-            ops: list[Op] = [Put(key=key, value=raw), Put(key=seq_key, value=str(seq).encode())]
+            ops: list[Op] = [
+                Put(key=key, value=raw),
+                Put(key=seq_key, value=str(seq).encode()),
+                *extra,
+            ]
             conds = [
                 Expect(key=keys.wf(workflow_id), value=state_raw),
                 Expect(key=seq_key, value=seq_raw),
@@ -194,13 +210,18 @@ class SignalSender:
             if accepted is not None:
                 ops.append(Put(key=accepted, value=key.encode()))
                 conds.append(Expect(key=accepted, value=None))
-            if workflow_id not in self.runs:  # driven elsewhere (or nowhere): leave a wake-up
+            if not _driven_here(self.runs, self.residency, workflow_id):
+                # Driven elsewhere (or nowhere): leave a wake-up for that engine.
                 ops.append(Put(key=keys.wake(workflow_id), value=keys.wake_value()))
             if await self.services.committer.commit(ops, conds):
                 run = self.runs.get(workflow_id)
                 if run is not None:
                     buffered(run, name, key, raw)
                     run.emit("signal_received", name=name, signal_id=signal_id)
+                elif self.residency is not None:
+                    self.residency.wake(
+                        workflow_id, unmarked=bool(extra)
+                    )  # evicted: replayed, it finds the signal
                 return True
         raise RuntimeError(f"could not buffer signal {name!r} for {workflow_id!r}: contention")
 

@@ -24,7 +24,10 @@ async def sleep_until(run: Run, step: int, deadline: float | None, seconds: floa
             )
             await run.commit_pending(pend)
     if pend is not None:
-        await run.live(run.wait_until(pend.deadline))
+        # Parked like the message waits (not on a private timer), so an idle sleeping
+        # run can be evicted from memory and brought back at its deadline (residency).
+        while clock.now() < pend.deadline:
+            await run.live(run.changed(pend.deadline))
     await run.commit_step(
         StepRecord(
             step=step,

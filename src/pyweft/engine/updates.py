@@ -22,7 +22,7 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyweft.codec import call_types
 from pyweft.engine import keys, records, waits
@@ -48,6 +48,9 @@ from pyweft.errors import (
     WorkflowUsageError,
 )
 from pyweft.storage.base import Delete, Expect, Op, Put
+
+if TYPE_CHECKING:
+    from pyweft.engine.residency import Residency
 
 log = logging.getLogger("pyweft.updates")
 
@@ -269,6 +272,7 @@ async def _consume_update(
 ) -> UpdateRequestHandle:
     codec, clock = run.services.codec, run.services.clock
     while True:
+        seen = run.wake_seq  # before looking (see waits.park)
         rows = await run.services.storage.scan(keys.update_prefix(run.id), limit=_SCAN_BATCH)
         for key, raw in rows:
             req = records.decode_update(raw)
@@ -290,7 +294,7 @@ async def _consume_update(
                 )
         if deadline is not None and clock.now() >= deadline:
             raise await waits.record_timeout(run, step, "update", name, started)
-        pend = await waits.park(run, step, "update", name, deadline, started, pend)
+        pend = await waits.park(run, step, "update", name, deadline, started, pend, seen)
 
 
 # --- the caller's side -------------------------------------------------------------------
@@ -299,9 +303,12 @@ async def _consume_update(
 class UpdateClient:
     """Submits updates and waits for their answers."""
 
-    def __init__(self, services: RunServices, runs: dict[str, Run]) -> None:
+    def __init__(
+        self, services: RunServices, runs: dict[str, Run], residency: Residency | None = None
+    ) -> None:
         self._services = services
         self._runs = runs
+        self._residency = residency
         self._waiters: dict[str, list[asyncio.Future[UpdateResponse]]] = {}
 
     def on_response(self, response: UpdateResponse) -> None:
@@ -317,10 +324,7 @@ class UpdateClient:
         timeout_s: float,
         idempotency_key: str | None,
     ) -> Any:
-        from pyweft.engine.visibility import not_found
-
         check_name(name, "update")
-        services, storage = self._services, self._services.storage
         data = None if payload is OMITTED else self._encode(payload)
         if idempotency_key is not None:
             keys.check_text(idempotency_key, "idempotency_key", keys.MAX_ID_BYTES)
@@ -329,13 +333,33 @@ class UpdateClient:
             if idempotency_key is None
             else keys.update_idempotency(workflow_id, idempotency_key)
         )
+        if self._residency is None:
+            update_id = await self._write(workflow_id, name, data, idempotency_key, idem, [])
+        else:
+            async with self._residency.sending(workflow_id) as extra:
+                update_id = await self._write(workflow_id, name, data, idempotency_key, idem, extra)
+        return await self.result(update_id, timeout_s, workflow_id)
+
+    async def _write(
+        self,
+        workflow_id: str,
+        name: str,
+        data: bytes | None,
+        idempotency_key: str | None,
+        idem: str | None,
+        extra: list[Op],
+    ) -> str:
+        """Store the request (or find the one an idempotency key names). Its update id."""
+        from pyweft.engine.visibility import not_found
+
+        services, storage = self._services, self._services.storage
         for _ in range(20):
             state_raw = await storage.get(keys.wf(workflow_id))
             if state_raw is None:
                 raise not_found(workflow_id)
             state = records.decode_state(state_raw)
             if idem is not None and (existing := await storage.get(idem)) is not None:
-                return await self.result(existing.decode(), timeout_s, workflow_id)
+                return existing.decode()
             if state.status in records.TERMINAL_STATUSES:
                 raise terminal_error(state, f"update {name!r}")
             run = self._runs.get(workflow_id)
@@ -367,20 +391,27 @@ class UpdateClient:
                 ),
                 Put(key=keys.update_owner(update_id), value=workflow_id.encode()),
                 Put(key=keys.run_update(workflow_id, update_id), value=b""),
+                *extra,
             ]
             conds = [Expect(key=keys.wf(workflow_id), value=state_raw)]
-            if run is None:  # driven elsewhere (or nowhere): leave a wake-up
+            held = self._residency is not None and self._residency.holds(workflow_id)
+            if run is None and not held:  # driven elsewhere (or nowhere): leave a wake-up
                 ops.append(Put(key=keys.wake(workflow_id), value=keys.wake_value()))
             if idem is not None:
                 ops.append(Put(key=idem, value=update_id.encode()))
                 conds.append(Expect(key=idem, value=None))
             if await services.committer.commit(ops, conds):
+                run = self._runs.get(workflow_id)
                 if run is not None:
                     run.updates_dirty = True
                     run.notify()
                     if run.update_handlers:
                         asyncio.get_running_loop().create_task(process_updates(run))
-                return await self.result(update_id, timeout_s, workflow_id)
+                elif self._residency is not None:
+                    self._residency.wake(
+                        workflow_id, unmarked=bool(extra)
+                    )  # evicted: replayed, it handles it
+                return update_id
         raise RuntimeError(f"could not submit update {name!r} to {workflow_id!r}: contention")
 
     def _encode(self, payload: Any) -> bytes:

@@ -16,15 +16,20 @@ async def park(
     deadline: float | None,
     started: float,
     pend: PendingStep | None,
+    seen: int,
 ) -> PendingStep | None:
     """Wait for the next change (or the deadline). The first time a timed wait parks,
-    its deadline is stored, so a restart keeps it. Returns the open-step record."""
+    its deadline is stored, so a restart keeps it. Returns the open-step record.
+
+    ``seen`` is ``run.wake_seq`` as read before the caller last looked for what it
+    waits on: news that came after that look (even during the write below) ends the
+    park at once, so the caller looks again instead of sleeping past it."""
     if deadline is not None and pend is None:
         pend = PendingStep(
             step=step, kind=kind, name=name, deadline=deadline, first_started_at=started
         )
         await run.commit_pending(pend)
-    await run.live(run.changed(deadline))
+    await run.live(run.changed(deadline, seen))
     return pend
 
 

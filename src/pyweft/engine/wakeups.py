@@ -3,11 +3,14 @@
 A signal, update, query, review decision, cancel or suspend written by a
 process that does not drive the run also writes ``wake:{id}`` in the same
 batch. Every engine scans ``wake:`` once per poll interval and, for runs it
-drives, reloads what changed, wakes the run, and deletes the marker. One scan
-serves every run, however many are parked. On a store that can notify
-(PostgreSQL's LISTEN/NOTIFY, or memory within one process) the writer also
-announces the marker and every engine scans at once; the interval then only
-covers notifications lost to a dropped connection.
+drives, reloads what changed, wakes the run, and deletes the marker; a run
+evicted from memory (see residency) is replayed first. One scan serves every
+run, however many are parked, and it is the only thing that looks at the store
+for a parked run: waits never poll. On a store that can notify (PostgreSQL's
+LISTEN/NOTIFY, or memory within one process) the writer also announces the
+marker and every engine scans at once; the interval then only covers
+notifications lost to a dropped connection. The first scan runs as soon as the
+engine is open, for markers left while no engine was.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ class WakeupPoller:
                 self._unlisten = await listen(WAKE_TOPIC, self._heard)
             except Exception as exc:
                 log.warning("wake-up notifications unavailable (%s); polling only", exc)
+        self._kick.set()  # markers left while the store had no engine: look at once
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="pyweft-wakeups")
 
     def _heard(self) -> None:
@@ -80,7 +84,12 @@ class WakeupPoller:
         for key, raw in await core.storage.scan("wake:", limit=_BATCH):
             workflow_id = keys.dec(key[len("wake:") :])
             run = core.runs.get(workflow_id)
-            if run is None:
+            if run is None and core.residency.holds(workflow_id):
+                # Evicted: the replay reads everything afresh, then it answers questions.
+                restored = await core.residency.restore(workflow_id)
+                if restored is not None and not restored.done.done():
+                    await run_queries.answer_pending(core, restored)
+            elif run is None:
                 state_key = keys.wf(workflow_id)
                 state_raw = await core.storage.get(state_key)
                 try:

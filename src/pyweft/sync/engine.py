@@ -26,6 +26,7 @@ from pyweft.engine.engine import Engine as AsyncEngine
 from pyweft.engine.info import Page, WorkflowInfo
 from pyweft.engine.ownership import StoreOwnership
 from pyweft.engine.ownership.lease import LeaseHealth
+from pyweft.engine.residency import DEFAULT_MAX_CACHED_RUNS
 from pyweft.engine.reviews import ReviewInfo
 from pyweft.engine.stats import EngineStats
 from pyweft.engine.updates import OMITTED
@@ -85,6 +86,7 @@ class Engine:
         second_instance_interval: Duration = 15.0,
         claim_ttl: Duration = 30.0,
         claim_renew_interval: Duration = 5.0,
+        max_cached_runs: int = DEFAULT_MAX_CACHED_RUNS,
     ) -> None:
         self._lock = threading.Lock()
         self._state: State = "new"
@@ -119,6 +121,7 @@ class Engine:
                 second_instance_interval=second_instance_interval,
                 claim_ttl=claim_ttl,
                 claim_renew_interval=claim_renew_interval,
+                max_cached_runs=max_cached_runs,
             )
         except BaseException:
             self._loop.stop()
