@@ -22,6 +22,7 @@ from pyweft.engine.ownership.lease import LeaseHealth
 from pyweft.engine.records import ErrorInfo
 from pyweft.engine.reviews import Escalation, ReviewDecision, ReviewInfo
 from pyweft.engine.saga import Saga
+from pyweft.engine.stats import EngineStats
 from pyweft.engine.updates import UpdateRequestHandle
 from pyweft.engine.visibility import Group, History, HistoryEvent
 from pyweft.errors import (
@@ -101,6 +102,7 @@ __all__ = [
     "HistoryEvent",
     "LeaseHealth",
     "StoreOwnership",
+    "EngineStats",
     "ReviewDecision",
     "ReviewInfo",
     "UpdateRequestHandle",

@@ -16,7 +16,7 @@ EXPECTED = {
     "MemoryStorage", "PayloadCodec", "SQLiteStorage", "Storage", "SystemClock", "VirtualClock",
     "open_storage", "__version__", "Escalation", "History", "HistoryEvent", "ReviewDecision",
     "ReviewInfo", "UpdateRequestHandle", "WorkflowEvent", "Saga", "Group", "LeaseHealth",
-    "StoreOwnership", "parse_duration", "format_duration",
+    "StoreOwnership", "EngineStats", "parse_duration", "format_duration",
     "LeaseLostWarning", "SecondInstanceWarning", "RunTornDown",
 }  # fmt: skip
 

@@ -50,6 +50,14 @@ async def run_activity(
     await run.enter_live()
     clock = run.services.clock
     pend = run.take_pending(step, "activity", act.name)
+    carried = run.carried.pop(step, None)
+    if carried is not None and carried.name == act.name:
+        # It ran in this engine before a storage failure hid whether its outcome was
+        # stored: store that outcome now rather than running the activity again.
+        await run.commit_step(carried)
+        if carried.ok:
+            return None if carried.value is None else codec.decode(carried.value, act.result_type)
+        raise activity_error(carried)
     attempt = pend.attempt if pend else 0
     first = pend.first_started_at if pend else clock.now()
     if pend is not None and pend.deadline > clock.now():

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from pyweft.engine import keys
-from pyweft.engine.operations import discard
+from pyweft.engine.operations import discard, guarded
 from pyweft.engine.records import StepRecord
 from pyweft.engine.run import RACE_BRANCH, RACE_PENDINGS, Deferred, Run, Superseded
 from pyweft.storage.base import Delete, Op
@@ -43,21 +43,25 @@ def _mark(finished: list[int], index: int, _task: asyncio.Task[Any]) -> None:
     finished.append(index)
 
 
+@guarded
 async def all_keyed(run: Run, branches: dict[str, Awaitable[Any]]) -> dict[str, Any]:
     values = await all_of(run, list(branches.values()))
     return dict(zip(branches, values, strict=True))
 
 
+@guarded
 async def race_value(run: Run, step: int, branches: Sequence[Awaitable[Any]]) -> Any:
     _, value = await race(run, step, branches)
     return value
 
 
+@guarded
 async def race_keyed(run: Run, step: int, branches: dict[str, Awaitable[Any]]) -> tuple[str, Any]:
     index, value = await race(run, step, list(branches.values()))
     return list(branches)[index], value
 
 
+@guarded
 async def all_of(run: Run, branches: Sequence[Awaitable[Any]]) -> list[Any]:
     """Results of every branch, in branch order; raises the first failure after all settle."""
     tasks = [asyncio.ensure_future(b) for b in branches]

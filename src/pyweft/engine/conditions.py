@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Callable
 
 from pyweft.engine import waits
+from pyweft.engine.operations import guarded
 from pyweft.engine.records import StepRecord
 from pyweft.engine.run import Run
 from pyweft.errors import WorkflowUsageError
@@ -13,6 +14,7 @@ from pyweft.errors import WorkflowUsageError
 _TRUE, _FALSE = b"\xc3", b"\xc2"  # MessagePack true / false
 
 
+@guarded
 async def wait_until(
     run: Run, step: int, predicate: Callable[[], object], timeout_s: float | None
 ) -> bool:

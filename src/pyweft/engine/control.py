@@ -31,6 +31,15 @@ async def result(core: EngineCore, workflow_id: str, timeout: float | None) -> A
     delay = 0.005
     while True:
         await core.settled(workflow_id)
+        if core.redriver.is_stranded(workflow_id):
+            # Stopped here by a storage failure: wait until this engine resumes it.
+            remaining = None if deadline is None else max(0.0, deadline - loop.time())
+            try:
+                async with asyncio.timeout(remaining):
+                    await core.redriver.wait(workflow_id)
+            except TimeoutError:
+                raise _result_timeout(workflow_id, timeout) from None
+            continue
         run = core.runs.get(workflow_id)
         if run is not None:
             remaining = None if deadline is None else max(0.0, deadline - loop.time())
@@ -115,8 +124,8 @@ async def suspend(core: EngineCore, workflow_id: str) -> None:
         if core.claims is not None:
             core.claims.forget(workflow_id)
         if run.task is not None:
-            run.stop_delivered = True
-            run.task.cancel()
+            run.tear_down("the run was suspended")
+            run.task.cancel()  # even if it is not waiting: it must not take another step
             await asyncio.gather(run.task, return_exceptions=True)
         core.emit("suspended", run.state)
         return

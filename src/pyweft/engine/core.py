@@ -23,6 +23,7 @@ from pyweft.engine.info import to_datetime
 from pyweft.engine.ownership.claims import ClaimRegistry
 from pyweft.engine.records import TERMINAL_STATUSES, ErrorInfo, WorkflowState
 from pyweft.engine.recovery import load_run
+from pyweft.engine.redrive import Redriver
 from pyweft.engine.run import Run, RunServices
 from pyweft.engine.visibility import Visibility
 from pyweft.errors import (
@@ -65,6 +66,8 @@ class EngineCore:
         self.services: RunServices | None = None
         self.state: Literal["new", "open", "closed"] = "new"
         self.claims: ClaimRegistry | None = None  # ownership="workflow-lease" only
+        # Resumes runs a transient storage failure stopped here (Engine sets its sweep).
+        self.redriver = Redriver(self.resume_run, self.probe_store, None)
         self._store_news = asyncio.Event()
 
     # --- notifications from the store -------------------------------------------------
@@ -133,12 +136,19 @@ class EngineCore:
             await run.drive(WorkflowContext)
         except asyncio.CancelledError:
             pass
-        except BaseException as exc:  # a storage failure or a bug: keep the run resumable
+        except BaseException as exc:  # a bug: keep the run resumable
             if not run.stopping:
                 log.exception("workflow %s stopped without finishing: %s", run.id, exc)
         finally:
             if self.runs.get(run.id) is run:
                 del self.runs[run.id]
+            if (
+                run.transiently_stopped
+                and self.state == "open"
+                and run.state.status not in TERMINAL_STATUSES
+            ):
+                # Before done is settled, so result() waiters see it is being re-driven.
+                self.redriver.stranded(run.id, run.teardown_cause, carried=run.unsaved)
             if not run.done.done():
                 if run.state.status in TERMINAL_STATUSES:
                     run.done.set_result(run.state)
@@ -150,6 +160,14 @@ class EngineCore:
                         )
                     )
                     run.done.exception()  # mark retrieved: waiters re-check storage
+
+    async def probe_store(self) -> None:
+        """Raise unless the store takes a write now (a no-op rewrite of the schema key)."""
+        raw = await self.storage.get(keys.SCHEMA_KEY)
+        if raw is not None:
+            await self.committer.commit(
+                [Put(key=keys.SCHEMA_KEY, value=raw)], [Expect(key=keys.SCHEMA_KEY, value=raw)]
+            )
 
     async def resume_run(self, workflow_id: str) -> bool:
         """Load a stored ``running`` run and drive it here. False if it cannot be.
@@ -194,6 +212,11 @@ class EngineCore:
             loaded.applied,
             loaded.version_pins,
             loaded.attributes,
+            carried={
+                step: rec
+                for step, rec in self.redriver.take_carried(workflow_id).items()
+                if step not in loaded.journal  # stored after all: the journal has it
+            },
         )
         self.launch(run)
         return True
@@ -317,12 +340,13 @@ class EngineCore:
         delay = 0.01
         while True:
             await self.settled(workflow_id)
+            await self.redriver.wait(workflow_id)
             run = self.runs.get(workflow_id)
             if run is not None:
                 try:
                     return await asyncio.shield(run.done)
                 except EngineClosedError:
-                    pass
+                    continue
             state = await self.visibility.state(workflow_id)
             if state.status in TERMINAL_STATUSES:
                 return state
@@ -339,12 +363,10 @@ class EngineCore:
 
     def claim_lost(self, workflow_id: str) -> None:
         """Another engine took this run over: stop driving it, write nothing more."""
+        self.redriver.forget(workflow_id)
         run = self.runs.get(workflow_id)
         if run is not None:
-            run.stopping = True
-            run.stop_delivered = True
-            if run.task is not None:
-                run.task.cancel()
+            run.tear_down("another engine took over its claim")
 
     async def reclaim(self) -> int:
         """Take over running runs whose owner stopped renewing, and drive them here."""

@@ -40,9 +40,11 @@ from pyweft.engine.ownership import MODES, StoreOwnership, check_mode_marker, re
 from pyweft.engine.ownership.claims import ClaimRegistry
 from pyweft.engine.ownership.detector import SecondInstanceDetector
 from pyweft.engine.ownership.lease import LeaseHealth, LeaseManager
+from pyweft.engine.redrive import Redriver
 from pyweft.engine.reviews import ReviewDesk, ReviewInfo
 from pyweft.engine.run import RunServices
 from pyweft.engine.signals import SignalSender
+from pyweft.engine.stats import EngineStats
 from pyweft.engine.updates import OMITTED, UpdateClient
 from pyweft.engine.visibility import Group, History
 from pyweft.engine.wakeups import WakeupPoller
@@ -209,6 +211,13 @@ class Engine:
             else None
         )
         self._wakeups = WakeupPoller(self._core, adopt_orphans=recover)
+        core = self._core
+        if ownership == "workflow-lease":
+            core.redriver = Redriver(core.resume_run, core.probe_store, core.reclaim)
+        elif recover:
+            core.redriver = Redriver(
+                core.resume_run, core.probe_store, lambda: control.recover_all(core)
+            )
         self._sweeper = maintenance.RetentionSweeper(
             self._core, kept, sweep_every, retention_batch_size
         )
@@ -357,6 +366,7 @@ class Engine:
     async def _shutdown(self) -> None:
         core = self._core
         core.state = "closed"
+        await core.redriver.close()
         # Stop taking runs over first, so no reclaim launches a run after the others stop.
         if self._claim_timer is not None:
             self._claim_timer.cancel()
@@ -430,6 +440,17 @@ class Engine:
         epoch, expiry) and how many run claims are live. Reads only."""
         self._core.services_or_raise()
         return await read_ownership(self._core.storage, self.clock.now())
+
+    def stats(self) -> EngineStats:
+        """Counters of this engine since it opened: runs driven, storage failures that
+        stopped runs, runs resumed after them, runs waiting for the store right now."""
+        core = self._core
+        return EngineStats(
+            runs_driven=len(core.runs),
+            storage_failures=core.redriver.failures,
+            redriven=core.redriver.redriven,
+            stranded=core.redriver.stranded_count,
+        )
 
     def lease_health(self) -> LeaseHealth:
         """The store lease as this engine sees it (``no-lease`` unless ``ownership="lease"``)."""

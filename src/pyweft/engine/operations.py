@@ -18,13 +18,19 @@ order. Two things would break it, so both are refused with
 
 A sequence of steps that must run concurrently with others belongs in a child
 workflow (``ctx.start_child``), which is itself one operation.
+
+Every operation is also where the engine's own failures are kept out of workflow
+code: a storage error, a lost lease or a superseded write met while the
+operation runs tears the run down and reaches the workflow as
+:class:`~pyweft.errors.RunTornDown`, which ``except Exception`` cannot catch.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
 from types import CodeType, CoroutineType
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from pyweft.errors import WorkflowUsageError
 
@@ -67,10 +73,50 @@ def discard(branch: Awaitable[Any]) -> None:
         branch.close()
 
 
+class Guarded(Protocol):
+    """What a guarded operation needs of its run (``Run`` provides it)."""
+
+    def check_alive(self) -> None: ...
+
+    def teardown_for(self, exc: BaseException) -> BaseException | None: ...
+
+
 def operation(fn: F) -> F:
-    """Mark an ``async def`` whose coroutine is one durable operation, numbered at call time."""
-    _OPERATIONS.add(fn.__code__)
-    return fn
+    """Mark an ``async def`` whose coroutine is one durable operation, numbered at call time.
+
+    Its first argument is the run. Engine failures inside it tear the run down (see
+    :func:`guarded`).
+    """
+
+    async def durable_operation(run: Guarded, *args: Any, **kwargs: Any) -> Any:
+        return await _call_guarded(fn, run, args, kwargs)
+
+    _OPERATIONS.add(durable_operation.__code__)  # one code object serves every operation
+    return functools.update_wrapper(durable_operation, fn)  # type: ignore[return-value]
+
+
+def guarded(fn: F) -> F:
+    """For workflow-facing coroutines that are not branch operations (``ctx.all``,
+    ``ctx.wait_until``...): engine failures inside them tear the run down."""
+
+    @functools.wraps(fn)
+    async def guarded_call(run: Guarded, *args: Any, **kwargs: Any) -> Any:
+        return await _call_guarded(fn, run, args, kwargs)
+
+    return guarded_call  # type: ignore[return-value]
+
+
+async def _call_guarded(
+    fn: Callable[..., Awaitable[Any]], run: Guarded, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    run.check_alive()
+    try:
+        return await fn(run, *args, **kwargs)
+    except BaseException as exc:
+        torn = run.teardown_for(exc)
+        if torn is None:
+            raise
+        raise torn from exc
 
 
 def check_branches(what: str, branches: Sequence[Awaitable[Any]]) -> None:

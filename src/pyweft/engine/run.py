@@ -39,7 +39,14 @@ from pyweft.engine.records import (
     UpdateResponse,
     WorkflowState,
 )
-from pyweft.errors import EngineDeposedError, NonDeterminismError, PyweftError, StorageError
+from pyweft.errors import (
+    EngineDeposedError,
+    LeaseNotHeldError,
+    NonDeterminismError,
+    PyweftError,
+    RunTornDown,
+    StorageError,
+)
 from pyweft.storage.base import Delete, Expect, Op, Put, Storage
 
 if TYPE_CHECKING:
@@ -106,6 +113,19 @@ class Superseded(BaseException):
     """Another writer committed this run's step or state: stop without writing."""
 
 
+# Failures of the engine itself, never outcomes the workflow may react to: a run that
+# meets one while driving is torn down (see Run.tear_down) and stays resumable.
+ENGINE_FAILURES: tuple[type[BaseException], ...] = (
+    StorageError,
+    EngineDeposedError,
+    LeaseNotHeldError,
+    Superseded,
+)
+# Of those, the ones after which this engine may drive the run again by itself once its
+# store works again (the others mean somebody else owns or advanced the run).
+TRANSIENT_FAILURES: tuple[type[BaseException], ...] = (StorageError,)
+
+
 class Run:
     """The in-memory driver of one run. Created by the engine, one per live run."""
 
@@ -120,6 +140,7 @@ class Run:
         applied: list[AppliedUpdate] | None = None,
         version_pins: dict[str, int] | None = None,
         attributes: dict[str, Any] | None = None,
+        carried: dict[int, StepRecord] | None = None,
     ) -> None:
         self.services = services
         self.definition = definition
@@ -132,8 +153,12 @@ class Run:
         # A cancel is raised into the workflow once; cleanup steps after it run normally.
         self.cancel_delivered = False
         self.terminating: str | None = None  # "timed_out": no more steps may run
+        # No new step may start (shutdown, suspend): the next ctx call tears the run down.
         self.stopping = False
-        self.stop_delivered = False  # the stop was raised into the workflow
+        # Set once the engine stopped driving this run for a reason of its own: every
+        # ctx call raises RunTornDown and nothing more is recorded (see tear_down).
+        self.torn_down: RunTornDown | None = None
+        self.teardown_cause: BaseException | None = None
         self.fatal: PyweftError | None = None  # fails the run even if the workflow catches it
         self.task: asyncio.Task[None] | None = None
         self.done: asyncio.Future[WorkflowState] = asyncio.get_running_loop().create_future()
@@ -161,6 +186,11 @@ class Run:
         self.logical_now = state.generation_started_at or state.created_at
         seed = hashlib.sha256(f"{state.id}\x00{state.generation}".encode()).digest()
         self.rng = random.Random(int.from_bytes(seed[:8], "big"))
+        # Activity outcomes whose commit failed for a transient reason (in this run's
+        # earlier life in this engine): committed at their step instead of running the
+        # activity again. ``unsaved`` collects them; ``carried`` hands them to replay.
+        self.unsaved: dict[int, StepRecord] = {}
+        self.carried: dict[int, StepRecord] = dict(carried or {})
         self.recorded_updates: dict[int, list[AppliedUpdate]] = {}
         self.update_index: dict[int, int] = {}
         for u in sorted(applied or (), key=lambda u: (u.boundary, u.index)):
@@ -174,6 +204,7 @@ class Run:
         task = asyncio.current_task()
         if self.task is not None and task is not self.task:
             raise operations.not_in_workflow_task(task.get_name() if task else "(no task)")
+        self.check_alive()
         self._next_step += 1
         return self._next_step
 
@@ -223,8 +254,8 @@ class Run:
         """Called when a step starts running for real: cancellation and updates land here."""
         if self.fatal is not None:
             raise self.fatal
-        if self.terminating is not None or self.stopping:
-            self.stop_delivered = self.stop_delivered or self.stopping
+        self.check_alive()
+        if self.terminating is not None:
             raise asyncio.CancelledError()
         if self.cancel_requested and not self.cancel_delivered:
             self.cancel_delivered = True
@@ -253,8 +284,8 @@ class Run:
                 await self.flush_staged()
             # A cancel that arrived while this step was still recording its progress
             # (not yet waiting, so not interruptible) is delivered now, before the wait.
-            if self.terminating is not None or self.stopping:
-                self.stop_delivered = self.stop_delivered or self.stopping
+            self.check_alive()
+            if self.terminating is not None:
                 raise asyncio.CancelledError()
             if self.cancel_requested and not self.cancel_delivered:
                 self.cancel_delivered = True
@@ -328,24 +359,72 @@ class Run:
             return True
         return await self.commit_steps([(rec, list(ops or ()), list(conds or ()))])
 
-    def stop(self) -> None:
+    def stop(self, reason: str = "the engine is shutting down") -> None:
         """Stop driving this run (shutdown): interrupt a live wait now; a run busy
-        committing a result it already has finishes that commit, then stops at its
-        next step."""
+        committing a result it already has finishes that commit, then is torn down at
+        its next ctx call."""
         self.stopping = True
-        if self._live_ops > 0 and self.task is not None:
-            self.stop_delivered = True
-            self.task.cancel()
+        self._stop_reason = reason
+        if self._live_ops > 0:
+            self.tear_down(reason)
 
-    def _refuse_if_stopping(self) -> None:
-        # Once the stop was raised into the workflow, it must not record anything more,
-        # or a cleanup path it takes on CancelledError would be journaled and break replay.
-        if self.stop_delivered:
-            raise asyncio.CancelledError()
+    # --- teardown -------------------------------------------------------------------
+
+    def tear_down(self, reason: str, cause: BaseException | None = None) -> RunTornDown:
+        """Stop driving this run here, for a reason of the engine's own.
+
+        From now on every ctx call raises :class:`RunTornDown` (which ``except
+        Exception`` cannot catch) and nothing more is recorded for the run by this
+        engine; its journal stays as it is, so the run resumes from it later. A live
+        wait is interrupted at once. Idempotent: the first reason wins.
+        """
+        if self.torn_down is None:
+            self.teardown_cause = cause
+            self.torn_down = self._torn_down_error(reason)
+            self.stopping = True
+            task = self.task
+            if task is not None and task is not asyncio.current_task() and self._live_ops > 0:
+                task.cancel()
+        return self._torn_down_error(self.torn_down.reason)
+
+    def _torn_down_error(self, reason: str) -> RunTornDown:
+        return RunTornDown(
+            f"workflow {self.id!r} is no longer driven by this engine ({reason}); it resumes "
+            "from its journal. Do not catch RunTornDown: re-raise it.",
+            workflow_id=self.id,
+            reason=reason,
+        )
+
+    def check_alive(self) -> None:
+        """Raise :class:`RunTornDown` if this run was torn down (or must stop now)."""
+        if self.torn_down is None and self.stopping:
+            self.tear_down(getattr(self, "_stop_reason", "the engine stopped driving it"))
+        if self.torn_down is not None:
+            raise self._torn_down_error(self.torn_down.reason)
+
+    def teardown_for(self, exc: BaseException) -> RunTornDown | None:
+        """The :class:`RunTornDown` that replaces ``exc`` in workflow code, if any.
+
+        Engine failures (storage errors, deposition, a write superseded by another
+        writer) tear the run down; so does the cancellation that interrupts a live
+        wait when the run is torn down. Anything else is the workflow's own business.
+        """
+        if isinstance(exc, RunTornDown):
+            return None
+        if isinstance(exc, ENGINE_FAILURES):
+            return self.tear_down(_describe(exc), exc)
+        if isinstance(exc, asyncio.CancelledError) and self.torn_down is not None:
+            return self._torn_down_error(self.torn_down.reason)
+        return None
+
+    @property
+    def transiently_stopped(self) -> bool:
+        """True when a transient failure (storage) tore the run down: worth re-driving."""
+        return self.torn_down is not None and isinstance(self.teardown_cause, TRANSIENT_FAILURES)
 
     async def commit_steps(self, entries: Deferred) -> bool:
         """Commit several step records (and their side effects) in one batch."""
-        self._refuse_if_stopping()
+        self._refuse_if_torn_down()
         batch: list[Op] = []
         conditions: list[Expect] = []
         keys_written = []
@@ -360,7 +439,16 @@ class Run:
             conditions += conds
         staged, self.staged = self.staged, {}
         batch += staged.values()
-        if not await self.services.committer.commit(batch, conditions, workflow_id=self.id):
+        try:
+            ok = await self.services.committer.commit(batch, conditions, workflow_id=self.id)
+        except TRANSIENT_FAILURES:
+            # The outcome may or may not be stored. If not, the activity need not run
+            # again: its outcome is kept here and committed at its step on replay.
+            for rec, ops, _ in entries:
+                if rec.kind == "activity" and not ops:
+                    self.unsaved[rec.step] = rec
+            raise
+        if not ok:
             self.staged = {**staged, **self.staged}
             has_side_conditions = len(conditions) > len(entries)
             if not has_side_conditions or any(
@@ -387,7 +475,7 @@ class Run:
 
     async def flush_staged(self) -> None:
         """Write staged side effects now (e.g. attributes set from outside the workflow)."""
-        self._refuse_if_stopping()
+        self._refuse_if_torn_down()
         staged, self.staged = self.staged, {}
         if staged:
             await self.services.committer.commit(list(staged.values()), workflow_id=self.id)
@@ -399,7 +487,7 @@ class Run:
         conds: list[Expect] | None = None,
     ) -> bool:
         """Record an open step's progress. ``False`` only when one of ``conds`` failed."""
-        self._refuse_if_stopping()
+        self._refuse_if_torn_down()
         journal_key = f"{self._journal_prefix}{pend.step:010d}"
         pending_key = keys.pending(self.id, pend.step)
         batch: list[Op] = [Put(key=pending_key, value=records.encode(pend))]
@@ -430,6 +518,12 @@ class Run:
         if not await self.services.committer.commit(ops, cond, workflow_id=self.id):
             raise Superseded()
         self.state, self.state_raw = new, raw
+
+    def _refuse_if_torn_down(self) -> None:
+        # Once torn down, nothing more is recorded: a cleanup path the workflow takes
+        # (a finally block, a handler of the interruption) would break replay.
+        if self.torn_down is not None:
+            raise self._torn_down_error(self.torn_down.reason)
 
     def encode_result(self, value: object, what: str) -> bytes:
         payload = self.services.codec.encode(value)
@@ -502,6 +596,16 @@ class Run:
         self.arm_execution_timeout()
         try:
             await self._drive(make_context)
+        except BaseException as exc:
+            if not isinstance(exc, RunTornDown) and self.teardown_for(exc) is None:
+                raise
+            if self.torn_down is None:  # raised by the workflow itself: honour it all the same
+                self.tear_down(exc.reason if isinstance(exc, RunTornDown) else "torn down")
+            log.info(
+                "workflow %s torn down: %s",
+                self.id,
+                self.torn_down.reason if self.torn_down else "",
+            )
         finally:
             if self._timeout_handle is not None:
                 self._timeout_handle.cancel()
@@ -520,6 +624,7 @@ class Run:
         """End this run's history and start it again, same id, with ``args``."""
         from pyweft.codec import encode_args
 
+        self._refuse_if_torn_down()
         payload = encode_args(self.services.codec, args)
         if len(payload) > self.services.max_payload_bytes:
             raise payload_size_error(
@@ -554,8 +659,8 @@ class Run:
         try:
             args = decode_args(self.services.codec, self.state.args, self.definition.param_types)
             value = await self.definition.fn(make_context(self), *args)
-            if self.stop_delivered:
-                return  # suspended or shutting down: it resumes from its journal later
+            if self.torn_down is not None:
+                return  # the workflow swallowed its teardown: record nothing, resume later
             if self.terminating is not None:
                 raise asyncio.CancelledError()
             if self.fatal is not None:
@@ -567,7 +672,7 @@ class Run:
             payload = self.encode_result(value, f"result of workflow {self.id!r}")
             await self.finish("completed", result=payload)
         except asyncio.CancelledError:
-            if self.stopping:
+            if self.torn_down is not None:
                 raise
             if self.terminating == "timed_out":
                 await self.finish(
@@ -582,19 +687,15 @@ class Run:
                 await self.finish("cancelled")
             else:
                 await self.finish("failed", error=records.error_info(asyncio.CancelledError()))
-        except (Superseded, EngineDeposedError):
-            log.warning("workflow %s was advanced by another writer; this engine stops it", self.id)
-        except StorageError:
-            raise
         except Exception as exc:
-            if self.stopping:
-                raise
+            if self.torn_down is not None or isinstance(exc, ENGINE_FAILURES):
+                raise  # an engine failure, never the workflow's outcome: drive() tears down
             await self.finish("failed", error=records.error_info(self.fatal or exc))
 
     async def finish(
         self, status: str, *, result: bytes | None = None, error: ErrorInfo | None = None
     ) -> None:
-        self._refuse_if_stopping()
+        self._refuse_if_torn_down()
         async with self._lock:
             old = self.state
             now = self.services.clock.now()
@@ -634,6 +735,14 @@ def status_change_ops(old: WorkflowState, new: WorkflowState) -> list[Op]:
         ended = new.ended_at if new.ended_at is not None else new.updated_at
         ops.append(Put(key=keys.end_index(new.status, ended, new.id), value=b""))
     return ops
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, Superseded):
+        return "another writer advanced or ended the run"
+    if isinstance(exc, EngineDeposedError):
+        return f"this engine lost ownership: {exc}"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _resolve(fut: asyncio.Future[None]) -> None:

@@ -26,7 +26,7 @@ from typing import Any
 
 from pyweft.codec import call_types
 from pyweft.engine import keys, records, waits
-from pyweft.engine.operations import operation
+from pyweft.engine.operations import guarded, operation
 from pyweft.engine.records import (
     AppliedUpdate,
     ErrorInfo,
@@ -223,6 +223,7 @@ class UpdateRequestHandle:
         return asyncio.get_running_loop().create_task(_write_response(run, response))
 
 
+@guarded
 async def _write_response(run: Run, response: UpdateResponse) -> None:
     key = keys.update_response(response.update_id)
     await run.services.committer.commit(

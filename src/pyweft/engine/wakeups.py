@@ -108,10 +108,7 @@ async def wake(core: EngineCore, run: Run) -> None:
         state = records.decode_state(raw)
         if state.status != "running":
             # Suspended, or finished by someone else: stop driving without writing.
-            run.stopping = True
-            run.stop_delivered = True
-            if run.task is not None:
-                run.task.cancel()
+            run.tear_down(f"it is {state.status} in the store")
             return
         await run.adopt_state(state, raw)
     attrs_raw = await core.storage.get(keys.attributes(run.id))

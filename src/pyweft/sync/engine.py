@@ -27,6 +27,7 @@ from pyweft.engine.info import Page, WorkflowInfo
 from pyweft.engine.ownership import StoreOwnership
 from pyweft.engine.ownership.lease import LeaseHealth
 from pyweft.engine.reviews import ReviewInfo
+from pyweft.engine.stats import EngineStats
 from pyweft.engine.updates import OMITTED
 from pyweft.engine.visibility import Group, History
 from pyweft.errors import EngineClosedError
@@ -271,6 +272,9 @@ class Engine:
 
     def lease_health(self) -> LeaseHealth:
         return self._loop.call(self._engine.lease_health)
+
+    def stats(self) -> EngineStats:
+        return self._loop.call(self._engine.stats)
 
     def store_ownership(self) -> StoreOwnership:
         return self._run(self._engine.store_ownership)
