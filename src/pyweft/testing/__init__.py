@@ -1,6 +1,8 @@
 """Helpers for testing code built on pyweft, and for testing pyweft adapters.
 
-``StorageConformance`` needs pytest and is imported on first use, so the rest
+``FaultyStorage`` wraps a store and injects faults (failed reads and writes,
+lost replies, delays, held writes) so code can be tested against a store that
+misbehaves. ``StorageConformance`` needs pytest and is imported on first use, so the rest
 of this package works without pytest installed.
 """
 
@@ -9,11 +11,28 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pyweft.clock import VirtualClock
+from pyweft.testing.faults import (
+    FaultCounts,
+    FaultyStorage,
+    InjectedFaultError,
+    PausedWrite,
+    ScheduledFault,
+)
 
 if TYPE_CHECKING:
     from pyweft.testing.conformance import StorageConformance
 
-__all__ = ["StorageConformance", "VirtualClock"]
+__all__ = [
+    "VirtualClock",
+    # storage faults
+    "FaultyStorage",
+    "FaultCounts",
+    "InjectedFaultError",
+    "PausedWrite",
+    "ScheduledFault",
+    # adapters
+    "StorageConformance",
+]
 
 
 def __getattr__(name: str) -> Any:
