@@ -115,6 +115,14 @@ def _drop(run: Run, name: str, key: str) -> None:
         run.signal_cache.pop(name, None)
 
 
+def forget_buffered(run: Run, name: str) -> None:
+    """The store may hold ``name`` signals the cache lacks: look there next time."""
+    run.signal_cache.pop(name, None)
+    run.signal_synced.discard(name)
+    run.signal_arrivals[name] = run.signal_arrivals.get(name, 0) + 1  # a scan in flight too
+    run.notify()
+
+
 def buffered(run: Run, name: str, key: str, raw: bytes) -> None:
     """A signal was just committed for this run: add it to the cache if the cache is complete."""
     run.signal_arrivals[name] = run.signal_arrivals.get(name, 0) + 1
@@ -213,7 +221,17 @@ class SignalSender:
             if not _driven_here(self.runs, self.residency, workflow_id):
                 # Driven elsewhere (or nowhere): leave a wake-up for that engine.
                 ops.append(Put(key=keys.wake(workflow_id), value=keys.wake_value()))
-            if await self.services.committer.commit(ops, conds):
+            try:
+                committed = await self.services.committer.commit(ops, conds)
+            except BaseException:
+                # The signal may be stored after all (a lost reply): a run driven here must
+                # not trust its cache of buffered signals, or it could take a later one
+                # first. It rescans the store in order at its next look.
+                run = self.runs.get(workflow_id)
+                if run is not None:
+                    forget_buffered(run, name)
+                raise
+            if committed:
                 run = self.runs.get(workflow_id)
                 if run is not None:
                     buffered(run, name, key, raw)

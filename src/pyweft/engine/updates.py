@@ -35,7 +35,7 @@ from pyweft.engine.records import (
     UpdateRequest,
     UpdateResponse,
 )
-from pyweft.engine.run import Run, RunServices
+from pyweft.engine.run import Run, RunServices, Superseded
 from pyweft.engine.signals import check_name, terminal_error
 from pyweft.errors import (
     DefinitionError,
@@ -108,7 +108,25 @@ def reapply(run: Run, applied: AppliedUpdate) -> None:
 
 
 async def process_updates(run: Run) -> None:
-    """Apply every pending request that has an ``on_update`` handler. Frontier only."""
+    """Apply every pending request that has an ``on_update`` handler. Frontier only.
+
+    An engine failure on the way tears the run down (its memory may now be ahead of
+    the store; replay rebuilds it from what was stored). Called from the workflow's own
+    task, the teardown is raised; from elsewhere (a wake-up), it is only recorded and
+    the run stops at once.
+    """
+    try:
+        await _process_updates(run)
+    except BaseException as exc:
+        torn = run.teardown_for(exc)
+        if torn is None:
+            raise
+        if asyncio.current_task() is run.task:
+            raise torn from exc
+        log.info("update processing of %s stopped: %s", run.id, exc)
+
+
+async def _process_updates(run: Run) -> None:
     if run.replaying or run.done.done() or run.stopping or not run.update_handlers:
         return
     services = run.services
@@ -116,6 +134,8 @@ async def process_updates(run: Run) -> None:
         run.updates_dirty = False
         rows = await services.storage.scan(keys.update_prefix(run.id), limit=_SCAN_BATCH)
         for key, raw in rows:
+            if run.stopping:
+                return  # torn down (maybe while this waited for the lock): replay applies it
             req = records.decode_update(raw)
             handler = run.update_handlers.get(req.name)
             if handler is not None:
@@ -170,9 +190,11 @@ async def _apply(
         Delete(key=key),
         Put(key=keys.update_response(req.update_id), value=records.encode(response)),
     ]
+    # The handler has changed the run's memory already: if this commit fails, or another
+    # writer took the request, memory is ahead of the store and the run must be replayed.
     if not await services.committer.commit(ops, [Expect(key=key, value=raw)], workflow_id=run.id):
-        log.error("update %s of %s was taken by another writer", req.update_id, run.id)
-        return
+        log.warning("update %s of %s was taken by another writer", req.update_id, run.id)
+        raise Superseded()
     run.update_index[boundary] = index + 1
     services.on_update_response(response)
     run.emit("update_completed", name=req.name, update_id=req.update_id, ok=response.ok)
