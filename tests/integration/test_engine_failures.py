@@ -279,7 +279,7 @@ async def test_a_cancel_that_lands_just_before_the_final_commit_does_not_strand_
     async with Engine(storage, workflows=[one_step]) as engine:
         await engine.start(one_step, "o-1", id="r")
         await storage.reached.wait()  # the run's finishing write is in flight
-        other = Engine(storage, workflows=[one_step], recover=False)  # another process
+        other = Engine(storage, workflows=[one_step], role="client")  # another process
         async with other:
             await other.cancel("r")
         storage.release.set()

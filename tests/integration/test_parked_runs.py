@@ -215,7 +215,7 @@ async def test_a_restarted_engine_takes_parked_runs_without_replaying_them(
 async def test_a_signal_from_another_engine_wakes_an_evicted_run(backend: Backend) -> None:
     async with (
         backend.engine(workflows=[parked], max_cached_runs=0, poll_interval=0.05) as owner,
-        backend.engine(workflows=[parked], recover=False) as other,
+        backend.engine(workflows=[parked], role="client") as other,
     ):
         handle = await owner.start(parked, id="ev-remote")
         await parked_and_evicted(owner, "ev-remote")

@@ -188,6 +188,16 @@ async def finished(soak: Soak, run: str, deadline: float) -> bool:
     return False
 
 
+async def where_it_stands(engine: Engine, run: str) -> str:
+    """What a stuck run looks like, for the failure message."""
+    history = await engine.history(run)
+    steps = ", ".join(f"{s.step}:{s.kind}:{s.name}:{s.status}" for s in history.steps[-6:])
+    return (
+        f"driven here: {engine.is_running_here(run)}, steps [{steps}], "
+        f"engine stats: {engine.stats()}"
+    )
+
+
 async def settle(
     soak: Soak, clients: asyncio.Future[Any], runs: list[str], within: float
 ) -> set[str]:
@@ -270,7 +280,8 @@ async def test_every_kind_of_workflow_survives_thousands_of_storage_faults(
                 info = await soak.engine.describe(run)
                 soak.problems.append(
                     f"{run}: still {info.status} {SETTLE_S:.0f}s after the faults stopped, on "
-                    "the engine that met them (a stranded run is not re-driven)"
+                    "the engine that met them (a stranded run is not re-driven); "
+                    + await where_it_stands(soak.engine, run)
                 )
             restarted = False
             if stranded or not clients.done():

@@ -176,6 +176,7 @@ class Run:
         self.terminating: str | None = None  # "timed_out": no more steps may run
         # No new step may start (shutdown, suspend): the next ctx call tears the run down.
         self.stopping = False
+        self._stop_reason = "the engine stopped driving it"
         # Set once the engine stopped driving this run for a reason of its own: every
         # ctx call raises RunTornDown and nothing more is recorded (see tear_down).
         self.torn_down: RunTornDown | None = None
@@ -358,6 +359,7 @@ class Run:
         """Wait for a notification or the deadline. Nothing polls: other processes' writes
         arrive through wake-up markers (see wakeups). With ``since`` (the ``wake_seq`` read
         before the caller last looked), return at once if news came after that look."""
+        self.check_alive()
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
         self._changed.append(fut)
@@ -438,15 +440,17 @@ class Run:
 
         From now on every ctx call raises :class:`RunTornDown` (which ``except
         Exception`` cannot catch) and nothing more is recorded for the run by this
-        engine; its journal stays as it is, so the run resumes from it later. A live
-        wait is interrupted at once. Idempotent: the first reason wins.
+        engine; its journal stays as it is, so the run resumes from it later. The
+        run's task is interrupted at once wherever it waits (a write it was making may
+        land or not: whoever drives the run next re-reads the journal). Idempotent: the
+        first reason wins.
         """
         if self.torn_down is None:
             self.teardown_cause = cause
             self.torn_down = self._torn_down_error(reason)
             self.stopping = True
             task = self.task
-            if task is not None and task is not asyncio.current_task() and self._live_ops > 0:
+            if task is not None and task is not asyncio.current_task() and not task.done():
                 task.cancel()
         return self._torn_down_error(self.torn_down.reason)
 
@@ -461,7 +465,7 @@ class Run:
     def check_alive(self) -> None:
         """Raise :class:`RunTornDown` if this run was torn down (or must stop now)."""
         if self.torn_down is None and self.stopping:
-            self.tear_down(getattr(self, "_stop_reason", "the engine stopped driving it"))
+            self.tear_down(self._stop_reason)
         if self.torn_down is not None:
             raise self._torn_down_error(self.torn_down.reason)
 
