@@ -13,6 +13,7 @@ from pyweft.engine import lifecycle, quarantine
 from pyweft.engine.core import EngineCore
 from pyweft.engine.records import TERMINAL_STATUSES
 from pyweft.engine.recovery import ids_with_status
+from pyweft.engine.run import Superseded
 from pyweft.engine.visibility import outcome_of
 from pyweft.errors import (
     EngineClosedError,
@@ -77,7 +78,10 @@ async def cancel(core: EngineCore, workflow_id: str) -> None:
     # An evicted run is replayed to take the cancel; if it is evicted again before the
     # request is written, it is brought back and asked again.
     while (run := await core.resident(workflow_id)) is not None:
-        await run.request_cancel()
+        try:
+            await run.request_cancel()
+        except Superseded:
+            break  # the run changed under us (it is torn down): record it through the store
         if run.cancel_requested or not core.residency.holds(workflow_id):
             core.residency.wake(workflow_id)  # evicted after the write: its replay takes it
             return

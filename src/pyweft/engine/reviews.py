@@ -398,11 +398,20 @@ class ReviewDesk:
         if raw is None:
             raise ReviewNotFoundError(f"no review with id {review_id!r}", review_id=review_id)
         workflow_id = records.decode_review(raw).workflow_id
-        if self._residency is None:
-            await self._decide(review_id, decision, reviewer, feedback, [])
-        else:
-            async with self._residency.sending(workflow_id) as extra:
-                await self._decide(review_id, decision, reviewer, feedback, extra)
+        try:
+            if self._residency is None:
+                await self._decide(review_id, decision, reviewer, feedback, [])
+            else:
+                async with self._residency.sending(workflow_id) as extra:
+                    await self._decide(review_id, decision, reviewer, feedback, extra)
+        except BaseException:
+            # The decision may be stored after all (a lost reply): a run waiting here
+            # must look again, or a retried submit (refused as already decided) would
+            # leave it waiting for ever.
+            run = self._runs.get(workflow_id)
+            if run is not None:
+                run.notify()
+            raise
         run = self._runs.get(workflow_id)
         if run is not None:
             run.emit("review_decided", review_id=review_id, decision=decision, reviewer=reviewer)

@@ -646,9 +646,16 @@ class Run:
             if self.cancel_requested or self.done.done():
                 return
             now = self.services.clock.now()
-            await self._write_state_locked(
-                msgspec.structs.replace(self.state, cancel_requested=True, updated_at=now), None
-            )
+            try:
+                await self._write_state_locked(
+                    msgspec.structs.replace(self.state, cancel_requested=True, updated_at=now),
+                    None,
+                )
+            except BaseException as exc:
+                # Stored or not (a lost reply), or the run changed under us: its memory may
+                # be behind the store. Tear it down so it resumes from what is stored.
+                self.teardown_for(exc)
+                raise
             self.cancel_requested = True
         self.emit("cancel_requested")
         if self._live_ops > 0 and self.task is not None:

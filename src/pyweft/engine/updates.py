@@ -322,6 +322,16 @@ async def _consume_update(
 # --- the caller's side -------------------------------------------------------------------
 
 
+def _look_again(run: Run | None) -> None:
+    """Tell a run driven here that update requests may be waiting for it."""
+    if run is None:
+        return
+    run.updates_dirty = True
+    run.notify()
+    if run.update_handlers:
+        asyncio.get_running_loop().create_task(process_updates(run))
+
+
 class UpdateClient:
     """Submits updates and waits for their answers."""
 
@@ -381,6 +391,7 @@ class UpdateClient:
                 raise not_found(workflow_id)
             state = records.decode_state(state_raw)
             if idem is not None and (existing := await storage.get(idem)) is not None:
+                _look_again(self._runs.get(workflow_id))  # a first try's reply may be lost
                 return existing.decode()
             if state.status in records.TERMINAL_STATUSES:
                 raise terminal_error(state, f"update {name!r}")
@@ -422,13 +433,15 @@ class UpdateClient:
             if idem is not None:
                 ops.append(Put(key=idem, value=update_id.encode()))
                 conds.append(Expect(key=idem, value=None))
-            if await services.committer.commit(ops, conds):
+            try:
+                committed = await services.committer.commit(ops, conds)
+            except BaseException:
+                _look_again(self._runs.get(workflow_id))  # it may be stored after all
+                raise
+            if committed:
                 run = self._runs.get(workflow_id)
                 if run is not None:
-                    run.updates_dirty = True
-                    run.notify()
-                    if run.update_handlers:
-                        asyncio.get_running_loop().create_task(process_updates(run))
+                    _look_again(run)
                 elif self._residency is not None:
                     self._residency.wake(
                         workflow_id, unmarked=bool(extra)
