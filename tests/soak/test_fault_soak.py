@@ -152,6 +152,15 @@ async def decide_review(soak: Soak, run: str) -> None:
             soak, lambda: soak.engine.list_reviews(workflow_id=run), acknowledges=False
         )
         if not pending:
+            if lost_reply:  # our decision landed although its reply was lost: done
+                decided = await call(
+                    soak,
+                    lambda: soak.engine.list_reviews(workflow_id=run, status=None),
+                    acknowledges=False,
+                )
+                if any(r.status == "approved" and r.reviewer == "soak" for r in decided):
+                    soak.acknowledged += 1
+                    return
             await asyncio.sleep(0.02)
             continue
         try:
@@ -192,8 +201,13 @@ async def where_it_stands(engine: Engine, run: str) -> str:
     """What a stuck run looks like, for the failure message."""
     history = await engine.history(run)
     steps = ", ".join(f"{s.step}:{s.kind}:{s.name}:{s.status}" for s in history.steps[-6:])
+    from pyweft.engine import keys
+
+    requests = [k for k, _ in await engine.storage.scan(keys.update_prefix(run))]
+    answers = [k for k, _ in await engine.storage.scan(f"upk:{keys.enc(run)}:")]
     return (
         f"driven here: {engine.is_running_here(run)}, steps [{steps}], "
+        f"update requests waiting {requests}, idempotency keys {answers}, "
         f"engine stats: {engine.stats()}"
     )
 
