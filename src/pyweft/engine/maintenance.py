@@ -9,10 +9,12 @@ import logging
 import uuid
 from collections.abc import Mapping
 
+import msgspec
+
 from pyweft.engine import attributes, keys, records
 from pyweft.engine.core import EngineCore, create_ops
 from pyweft.engine.purge import purge, purge_run
-from pyweft.engine.records import WorkflowState
+from pyweft.engine.records import AppliedUpdate, StepRecord, WorkflowState
 from pyweft.engine.recovery import load_run
 from pyweft.engine.retention import RetentionSweeper
 from pyweft.engine.run import Run
@@ -111,10 +113,16 @@ async def fork(
     )
     raw = records.encode(state)
     ops, conds = create_ops(state, raw)
-    journal = {s: r for s, r in loaded.journal.items() if s <= upto}
-    applied = [u for u in loaded.applied if u.boundary <= upto]
+    journal, applied, fork_updates = _own_update_ids(
+        core,
+        {s: r for s, r in loaded.journal.items() if s <= upto},
+        [u for u in loaded.applied if u.boundary <= upto],
+    )
     for step, rec in journal.items():
         ops.append(Put(key=keys.journal(workflow_id, step), value=records.encode(rec)))
+    for update_id in fork_updates:  # so update_result finds them and purge removes them
+        ops.append(Put(key=keys.update_owner(update_id), value=workflow_id.encode()))
+        ops.append(Put(key=keys.run_update(workflow_id, update_id), value=b""))
     for u in applied:
         ops.append(
             Put(key=keys.applied_update(workflow_id, u.boundary, u.index), value=records.encode(u))
@@ -155,6 +163,36 @@ async def fork(
         )
     )
     return workflow_id
+
+
+def _own_update_ids(
+    core: EngineCore, journal: dict[int, StepRecord], applied: list[AppliedUpdate]
+) -> tuple[dict[int, StepRecord], list[AppliedUpdate], list[str]]:
+    """The copied journal and update log with every update id replaced by a fresh one.
+
+    A fork replays ``ctx.wait_for_update`` steps and may answer them again
+    (``request.respond``); under the source's update ids that answer would overwrite
+    the one the source's caller already received. Under ids of its own the fork's
+    answers are the fork's. Returns the new ids of the update steps (the ones a fork
+    may answer).
+    """
+    codec = core.codec
+    fresh: dict[str, str] = {}
+
+    def renamed(update_id: str) -> str:
+        return fresh.setdefault(update_id, uuid.uuid4().hex)
+
+    answerable: list[str] = []
+    out: dict[int, StepRecord] = {}
+    for step, rec in journal.items():
+        if rec.kind == "update" and rec.ok and rec.value is not None:
+            update_id, payload = codec.decode(rec.value, tuple[str, bytes | None])
+            new_id = renamed(update_id)
+            answerable.append(new_id)
+            rec = msgspec.structs.replace(rec, value=codec.encode((new_id, payload)))
+        out[step] = rec
+    log_ = [msgspec.structs.replace(u, update_id=renamed(u.update_id)) for u in applied]
+    return out, log_, answerable
 
 
 __all__ = ["RetentionSweeper", "fork", "purge", "purge_run", "set_attributes"]
