@@ -4,9 +4,11 @@ and for runs that finish in another engine."""
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 
-from pyweft import WorkflowContext, WorkflowEvent, workflow
+from pyweft import Engine, WorkflowContext, WorkflowEvent, workflow
 from support.backends import Backend
 from support.poll import eventually
 
@@ -84,5 +86,37 @@ async def test_events_end_when_the_run_finishes_in_another_engine(backend: Backe
         await asyncio.sleep(0)  # let the stream start waiting before the run ends
         await handle.signal("go")
         await handle.result(timeout=5)
+        events = await draining
+        assert [(e.kind, e.workflow_id) for e in events] == [("completed", "w")]
+
+
+_DRIVER = """
+import asyncio, sys
+from pyweft import Engine, WorkflowContext, workflow
+
+@workflow(name="waiter")
+async def waiter(ctx: WorkflowContext) -> str:
+    await ctx.wait_for_signal("go")
+    return "done"
+
+async def main() -> None:
+    async with Engine(sys.argv[1], workflows=[waiter]) as engine:
+        await engine.signal("w", "go")
+        print(await engine.get_handle("w").result(timeout=30))
+
+asyncio.run(main())
+"""
+
+
+async def test_events_end_when_the_run_finishes_in_another_process(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    async with Engine(url, workflows=[waiter], role="client", poll_interval=0.05) as client:
+        handle = await client.start(waiter, id="w")  # stored; a real engine drives it
+        draining = asyncio.ensure_future(_drain(handle.events()))
+        driver = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", _DRIVER, url, stdout=asyncio.subprocess.PIPE
+        )
+        out, _ = await driver.communicate()
+        assert driver.returncode == 0 and out.decode().strip() == "done"
         events = await draining
         assert [(e.kind, e.workflow_id) for e in events] == [("completed", "w")]
