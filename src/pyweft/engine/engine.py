@@ -30,7 +30,15 @@ from pyweft.definitions import (
     workflow_definition_of,
 )
 from pyweft.durations import parse_duration, parse_optional_duration
-from pyweft.engine import control, creation, keys, maintenance, query, run_queries
+from pyweft.engine import (
+    control,
+    creation,
+    keys,
+    maintenance,
+    query,
+    run_queries,
+    terminal_events,
+)
 from pyweft.engine.core import EngineCore
 from pyweft.engine.events import WorkflowEvent
 from pyweft.engine.handle import WorkflowHandle
@@ -853,8 +861,15 @@ class Engine:
         return self._core.events.subscribe(workflow_id)
 
     def run_events(self, workflow_id: str) -> AsyncIterator[WorkflowEvent]:
-        """One run's events until its terminal event."""
-        return self._core.events.subscribe(workflow_id, until_terminal=True)
+        """One run's events until its terminal event. A run that has already finished, or
+        finishes in another process, yields its terminal event (read from the store) and
+        ends."""
+        core = self._core
+        return core.events.subscribe(
+            workflow_id,
+            until_terminal=True,
+            ends=lambda: terminal_events.watch_end(core, workflow_id),
+        )
 
     # --- visibility ---------------------------------------------------------------------
 

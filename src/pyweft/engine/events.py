@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -47,13 +47,18 @@ class WorkflowEvent:
     data: dict[str, Any] = field(default_factory=dict)
 
 
+EndWatch = Callable[[], Coroutine[Any, Any, "WorkflowEvent | None"]]
+"""Waits until a run has ended (as its store says); its terminal event, or ``None``."""
+
+
 class _Subscriber:
-    __slots__ = ("dropped", "queue", "waiter", "workflow_id")
+    __slots__ = ("dropped", "queue", "waiter", "watch", "workflow_id")
 
     def __init__(self, workflow_id: str | None, capacity: int) -> None:
         self.workflow_id = workflow_id
         self.queue: deque[WorkflowEvent] = deque(maxlen=capacity)
         self.waiter: asyncio.Future[None] | None = None
+        self.watch: asyncio.Task[WorkflowEvent | None] | None = None
         self.dropped = 0
 
 
@@ -87,19 +92,28 @@ class EventBus:
                 sub.waiter.set_result(None)
 
     def subscribe(
-        self, workflow_id: str | None = None, *, until_terminal: bool = False
+        self,
+        workflow_id: str | None = None,
+        *,
+        until_terminal: bool = False,
+        ends: EndWatch | None = None,
     ) -> EventStream:
         """Events as they happen, from this call on (not from the first iteration).
 
         With ``until_terminal``, the stream ends after the run's terminal event.
+        ``ends`` (started at the first iteration) tells when the run has ended
+        without an event here (it had already finished, or finished in another
+        process): the stream then yields the event ``ends`` returns and stops.
         It also ends when the engine shuts down.
         """
         sub = _Subscriber(workflow_id, self._capacity)
         self._subscribers.add(sub)
-        return EventStream(self, sub, until_terminal)
+        return EventStream(self, sub, until_terminal, ends)
 
     def _unsubscribe(self, sub: _Subscriber) -> None:
         self._subscribers.discard(sub)
+        if sub.watch is not None and not sub.watch.done():
+            sub.watch.cancel()
 
 
 class EventStream(AsyncIterator[WorkflowEvent]):
@@ -110,12 +124,15 @@ class EventStream(AsyncIterator[WorkflowEvent]):
     be garbage-collected) to stop buffering.
     """
 
-    __slots__ = ("__weakref__", "_bus", "_done", "_sub", "_until_terminal")
+    __slots__ = ("__weakref__", "_bus", "_done", "_ends", "_sub", "_until_terminal")
 
-    def __init__(self, bus: EventBus, sub: _Subscriber, until_terminal: bool) -> None:
+    def __init__(
+        self, bus: EventBus, sub: _Subscriber, until_terminal: bool, ends: EndWatch | None = None
+    ) -> None:
         self._bus = bus
         self._sub = sub
         self._until_terminal = until_terminal
+        self._ends = ends
         self._done = False
         weakref.finalize(self, bus._unsubscribe, sub)
 
@@ -125,20 +142,36 @@ class EventStream(AsyncIterator[WorkflowEvent]):
     async def __anext__(self) -> WorkflowEvent:
         sub = self._sub
         while not self._done:
-            if sub.queue:
+            if sub.queue:  # events of this engine first: a run driven here ends with its own
                 event = sub.queue.popleft()
                 if self._until_terminal and event.kind in TERMINAL_KINDS:
                     self._finish()
                 return event
             if self._bus._closed:
                 break
-            sub.waiter = asyncio.get_running_loop().create_future()
+            watch = self._watch()
+            if watch is not None and watch.done():
+                ended = None if watch.cancelled() or watch.exception() else watch.result()
+                self._finish()
+                if ended is None:
+                    break
+                return ended
+            waiter = sub.waiter = asyncio.get_running_loop().create_future()
             try:
-                await sub.waiter
+                if watch is None:
+                    await waiter
+                else:
+                    await asyncio.wait((waiter, watch), return_when=asyncio.FIRST_COMPLETED)
             finally:
                 sub.waiter = None
         self._finish()
         raise StopAsyncIteration
+
+    def _watch(self) -> asyncio.Task[WorkflowEvent | None] | None:
+        sub = self._sub
+        if sub.watch is None and self._ends is not None:
+            sub.watch = asyncio.get_running_loop().create_task(self._ends())
+        return sub.watch
 
     async def aclose(self) -> None:
         """Stop listening; iterating again ends at once."""

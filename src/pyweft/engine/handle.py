@@ -71,5 +71,8 @@ class WorkflowHandle:
         await self._engine.resume(self.id)
 
     def events(self) -> AsyncIterator[WorkflowEvent]:
-        """This run's lifecycle events from now until its terminal event (in-process)."""
+        """This run's lifecycle events from now until its terminal event (in-process).
+
+        A run that has already finished, or finishes in another process, yields only
+        its terminal event, read from the store, and the stream ends."""
         return self._engine.run_events(self.id)

@@ -149,6 +149,10 @@ def journal(workflow_id: str, step: int) -> str:
     return f"{wf(workflow_id)}:j:{step:010d}"
 
 
+def pending_prefix(workflow_id: str) -> str:
+    return wf(workflow_id) + ":p:"
+
+
 def pending(workflow_id: str, step: int) -> str:
     return f"{wf(workflow_id)}:p:{step:010d}"
 
@@ -276,6 +280,16 @@ def updated_index(workflow_id: str, updated_at: float) -> str:
 
 def end_index(status: str, ended_at: float, workflow_id: str) -> str:
     return f"ix:end:{status}:{ts16(ended_at)}:{enc(workflow_id)}"
+
+
+def end_index_prefix(status: str) -> str:
+    return f"ix:end:{status}:"
+
+
+def after(key: str) -> str:
+    """An inclusive scan start that skips ``key`` itself: every stored key that extends
+    ``key`` continues with a character above the space (encoded ids, digits, ``:``)."""
+    return key + " "
 
 
 def query_prefix(workflow_id: str) -> str:

@@ -1,28 +1,30 @@
-"""Changing runs after the fact: attributes from outside, fork, purge, retention."""
+"""Changing runs after the fact: attributes from outside and fork.
+
+Purge and retention live in ``purge`` and ``retention``; they are re-exported here.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import logging
 import uuid
 from collections.abc import Mapping
 
-from pyweft.clock import TimerHandle
-from pyweft.engine import attributes, keys, quarantine, query, records
+import msgspec
+
+from pyweft.engine import attributes, keys, records
 from pyweft.engine.core import EngineCore, create_ops
-from pyweft.engine.query import RunFilter
-from pyweft.engine.records import TERMINAL_STATUSES, WorkflowState
+from pyweft.engine.purge import purge, purge_run
+from pyweft.engine.records import AppliedUpdate, StepRecord, WorkflowState
 from pyweft.engine.recovery import load_run
+from pyweft.engine.retention import RetentionSweeper
 from pyweft.engine.run import Run
 from pyweft.engine.visibility import not_found
 from pyweft.errors import (
-    CorruptRecordError,
     InvalidArgumentError,
     WorkflowAlreadyExistsError,
     WorkflowNotRegisteredError,
 )
-from pyweft.storage.base import Delete, Expect, Op, Put
+from pyweft.storage.base import Expect, Put
 
 log = logging.getLogger("pyweft.maintenance")
 
@@ -111,10 +113,16 @@ async def fork(
     )
     raw = records.encode(state)
     ops, conds = create_ops(state, raw)
-    journal = {s: r for s, r in loaded.journal.items() if s <= upto}
-    applied = [u for u in loaded.applied if u.boundary <= upto]
+    journal, applied, fork_updates = _own_update_ids(
+        core,
+        {s: r for s, r in loaded.journal.items() if s <= upto},
+        [u for u in loaded.applied if u.boundary <= upto],
+    )
     for step, rec in journal.items():
         ops.append(Put(key=keys.journal(workflow_id, step), value=records.encode(rec)))
+    for update_id in fork_updates:  # so update_result finds them and purge removes them
+        ops.append(Put(key=keys.update_owner(update_id), value=workflow_id.encode()))
+        ops.append(Put(key=keys.run_update(workflow_id, update_id), value=b""))
     for u in applied:
         ops.append(
             Put(key=keys.applied_update(workflow_id, u.boundary, u.index), value=records.encode(u))
@@ -157,177 +165,34 @@ async def fork(
     return workflow_id
 
 
-async def purge_run(core: EngineCore, workflow_id: str) -> bool:
-    """Delete a finished run and everything that belongs to it. False if not finished.
+def _own_update_ids(
+    core: EngineCore, journal: dict[int, StepRecord], applied: list[AppliedUpdate]
+) -> tuple[dict[int, StepRecord], list[AppliedUpdate], list[str]]:
+    """The copied journal and update log with every update id replaced by a fresh one.
 
-    Its idempotency key mapping is kept, so the key stays spent. Only the
-    state and attributes are decoded (they name the index keys to delete), so
-    a finished run with a damaged journal entry can still be purged; a damaged
-    state record raises ``CorruptRecordError``.
+    A fork replays ``ctx.wait_for_update`` steps and may answer them again
+    (``request.respond``); under the source's update ids that answer would overwrite
+    the one the source's caller already received. Under ids of its own the fork's
+    answers are the fork's. Returns the new ids of the update steps (the ones a fork
+    may answer).
     """
-    storage = core.storage
-    prefix, start, end = keys.run_range(workflow_id)
-    rows = [(k, v) for k, v in await storage.scan(prefix, start=start, end=end)]
-    rows = [(k, v) for k, v in rows if keys.belongs_to_run(k, prefix)]
-    stored = dict(rows)
-    state_raw = stored.get(prefix)
-    if state_raw is None:
-        return False
-    state = records.decode_state(state_raw, key=prefix)
-    if state.status not in TERMINAL_STATUSES:
-        return False
-    attrs_raw = stored.get(keys.attributes(workflow_id))
-    attrs = (
-        records.decode_attributes(attrs_raw, key=keys.attributes(workflow_id)) if attrs_raw else {}
-    )
-    doomed = [k for k, _ in rows]
-    doomed += keys.index_keys(state.id, state.type, state.status, state.created_at)
-    doomed += keys.extra_index_keys(state.id, state.created_at, state.parent_id, state.tags)
-    doomed.append(keys.updated_index(state.id, state.updated_at))
-    doomed.append(keys.end_index(state.status, state.ended_at or state.updated_at, state.id))
-    for name, value in attrs.items():
-        for enc in attributes.index_values(value):
-            doomed.append(attributes.index_key(name, enc, state.created_at, state.id))
-    for scan_prefix in (
-        keys.signal_prefix(workflow_id),
-        f"sigres:{keys.enc(workflow_id)}:",
-        keys.update_prefix(workflow_id),
-        f"upk:{keys.enc(workflow_id)}:",
-        keys.query_prefix(workflow_id),
-        keys.query_responses_prefix(workflow_id),
-    ):
-        doomed += [k for k, _ in await storage.scan(scan_prefix)]
-    doomed.append(keys.signal_seq(workflow_id))
-    updates_prefix = keys.run_updates_prefix(workflow_id)
-    for key, _ in await storage.scan(updates_prefix):
-        update_id = keys.dec(key[len(updates_prefix) :])
-        doomed += [key, keys.update_owner(update_id), keys.update_response(update_id)]
-    for key, _ in await storage.scan(f"rvw:{keys.enc(workflow_id)}:"):
-        review_id = keys.id_from_index_key(key)
-        raw = await storage.get(keys.review(review_id))
-        if raw is not None:
-            doomed.append(keys.review(review_id))
-            try:
-                review = records.decode_review(raw, key=keys.review(review_id))
-            except CorruptRecordError:
-                pass  # its index entry stays behind; doctor reports the orphan
-            else:
-                doomed.append(keys.review_index(review.status, review.created_at, review_id))
-        doomed.append(key)
-    ops: list[Op] = [Delete(key=k) for k in dict.fromkeys(doomed)]
-    return await core.committer.commit(ops, [Expect(key=prefix, value=state_raw)])
+    codec = core.codec
+    fresh: dict[str, str] = {}
+
+    def renamed(update_id: str) -> str:
+        return fresh.setdefault(update_id, uuid.uuid4().hex)
+
+    answerable: list[str] = []
+    out: dict[int, StepRecord] = {}
+    for step, rec in journal.items():
+        if rec.kind == "update" and rec.ok and rec.value is not None:
+            update_id, payload = codec.decode(rec.value, tuple[str, bytes | None])
+            new_id = renamed(update_id)
+            answerable.append(new_id)
+            rec = msgspec.structs.replace(rec, value=codec.encode((new_id, payload)))
+        out[step] = rec
+    log_ = [msgspec.structs.replace(u, update_id=renamed(u.update_id)) for u in applied]
+    return out, log_, answerable
 
 
-async def purge(core: EngineCore, flt: RunFilter) -> int:
-    """Purge every finished run matching ``flt``; running runs are skipped."""
-    core.services_or_raise()
-    statuses = flt.statuses or tuple(sorted(TERMINAL_STATUSES))
-    if any(s not in TERMINAL_STATUSES for s in statuses):
-        raise InvalidArgumentError("purge only deletes finished runs; filter on terminal statuses")
-    narrowed = dataclasses.replace(flt, statuses=statuses)
-    victims = [state.id async for _, state, _ in query.matching(core.storage, narrowed)]
-    purged = 0
-    for workflow_id in victims:
-        try:
-            if await purge_run(core, workflow_id):
-                purged += 1
-        except CorruptRecordError as exc:  # damaged since it was listed: leave it, go on
-            log.warning("not purging %r: %s", workflow_id, exc)
-    return purged
-
-
-class RetentionSweeper:
-    """Deletes finished runs once their retention passes, in bounded batches."""
-
-    def __init__(
-        self,
-        core: EngineCore,
-        default: dict[str, float],
-        interval_s: float,
-        batch_size: int,
-    ) -> None:
-        self._core = core
-        self._default = default
-        self._interval = interval_s
-        self._batch = batch_size
-        self._timer: TimerHandle | None = None
-        self._task: asyncio.Task[int] | None = None
-        self._lock = asyncio.Lock()  # one pass at a time, background or on demand
-
-    def retention_for(self, workflow_type: str, status: str) -> float | None:
-        definition = self._core.workflows.get(workflow_type)
-        if definition is not None and definition.retention and status in definition.retention:
-            return definition.retention[status]
-        return self._default.get(status)
-
-    @property
-    def active(self) -> bool:
-        return bool(self._default) or any(d.retention for d in self._core.workflows.values())
-
-    def start(self) -> None:
-        if self.active:
-            self._arm()
-
-    def stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
-    def _arm(self) -> None:
-        clock = self._core.clock
-        self._timer = clock.call_at(clock.now() + self._interval, self._due)
-
-    def _due(self) -> None:
-        if self._core.state != "open":
-            return
-        self._task = asyncio.get_running_loop().create_task(self._tick())
-
-    async def _tick(self) -> int:
-        try:
-            return await self.sweep()
-        except Exception:
-            log.exception("retention sweep failed; it runs again next interval")
-            return 0
-        finally:
-            if self._core.state == "open":
-                self._arm()
-
-    async def sweep(self) -> int:
-        """One bounded pass: purge up to ``batch_size`` runs whose retention passed."""
-        async with self._lock:
-            return await self._sweep()
-
-    async def _sweep(self) -> int:
-        core, now = self._core, self._core.clock.now()
-        purged = 0
-        for status in sorted(TERMINAL_STATUSES):
-            configured = [self._default.get(status)] + [
-                (d.retention or {}).get(status) for d in core.workflows.values()
-            ]
-            shortest = min((r for r in configured if r is not None), default=None)
-            if shortest is None:
-                continue
-            prefix = f"ix:end:{status}:"
-            rows = await core.storage.scan(
-                prefix, end=prefix + keys.ts16(now - shortest + 1e-6), limit=self._batch
-            )
-            for key, _ in rows:
-                workflow_id = keys.id_from_index_key(key)
-                raw = await core.storage.get(keys.wf(workflow_id))
-                if raw is None:
-                    await core.committer.commit([Delete(key=key)])
-                    continue
-                try:
-                    state = records.decode_state(raw, key=keys.wf(workflow_id))
-                    keep = self.retention_for(state.type, status)
-                    ended = state.ended_at or state.updated_at
-                    if keep is None or ended + keep > now:
-                        continue
-                    if await purge_run(core, workflow_id):
-                        purged += 1
-                except CorruptRecordError as exc:  # logged once; the sweep goes on
-                    await quarantine.report(core, workflow_id, exc)
-                    continue
-                if purged >= self._batch:
-                    return purged
-        return purged
+__all__ = ["RetentionSweeper", "fork", "purge", "purge_run", "set_attributes"]
