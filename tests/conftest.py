@@ -4,13 +4,12 @@ import os
 import sys
 from pathlib import Path
 
-import pytest
-
 # Imported now, not lazily by hypothesis's pytest plugin at the terminal summary: on
 # CPython 3.11.7 a test that hit the recursion limit earlier can make that late import
 # fail its assertion rewriting with "SystemError: AST constructor recursion depth
 # mismatch" (CPython gh-106905), which ends the whole session with INTERNALERROR.
 import hypothesis.internal.observability  # noqa: F401
+import pytest
 
 # Shared helpers live in tests/support; make them importable as `support`.
 sys.path.insert(0, str(Path(__file__).parent))

@@ -42,7 +42,7 @@ async def test_events_of_a_finished_run_yield_its_terminal_event_and_end(backend
         info = await handle.describe()
         assert events[0].at == info.updated_at  # when it ended
 
-        failed = await engine.start(breaker, id="b")
+        await engine.start(breaker, id="b")
         await eventually(lambda: _finished(engine, "b"))
         assert [e.kind for e in await _drain(engine.run_events("b"))] == ["failed"]
 
