@@ -490,7 +490,9 @@ class Engine:
         # After a storage failure, resumed runs are followed by a sweep for runs nobody
         # drives here: the reclaim scan under workflow-lease, else recovery (if enabled).
         if core.claims is not None:
-            core.redriver = Redriver(core.resume_run, core.probe_store, core.reclaim)
+            core.redriver = Redriver(
+                core.resume_run, core.probe_store, core.reclaim if self._recover else None
+            )
         elif self._recover:
             core.redriver = Redriver(
                 core.resume_run, core.probe_store, lambda: control.recover_all(core)
@@ -605,8 +607,9 @@ class Engine:
             return
         try:
             await claims.renew_all()
-            await self._core.reclaim()
-            await self._core.adopt_blocked()  # e.g. runs of our version another engine blocked
+            if self._recover:  # recover=False: this engine drives only the runs it starts
+                await self._core.reclaim()
+                await self._core.adopt_blocked()  # e.g. runs of our version blocked elsewhere
         except Exception:
             log.exception("claim renewal / reclaim cycle failed; retrying next interval")
 
