@@ -77,9 +77,7 @@ async def test_a_run_whose_code_drifted_is_blocked_visibly_and_resumes_under_fix
     broken = backend.engine(workflows=[make(other)])  # step 1 is now another activity
     collector = asyncio.create_task(_collect(broken.events(), events))
     async with broken:
-        await eventually(
-            lambda: any(e.kind == "blocked" for e in events), what="the blocked event"
-        )
+        await eventually(lambda: any(e.kind == "blocked" for e in events), what="the blocked event")
         info = await broken.describe("drift")
         assert info.status == "blocked" and not info.is_terminal
         assert info.error is not None and info.error.type == "NonDeterminismError"
