@@ -78,7 +78,11 @@ async def test_an_operator_lists_resumes_and_fails_blocked_runs_from_the_cli(
     async with engine(db, charge) as good:
         for workflow_id in ("b1", "b2"):
             await good.start("billing", id=workflow_id)
-            await eventually(lambda: good.is_running_here(workflow_id), what="started")
+
+        async def both_waiting() -> bool:
+            return all([(await good.history(i)).steps for i in ("b1", "b2")])
+
+        await eventually(both_waiting, what="step 1 recorded in both")
     async with engine(db, refund) as bad:  # the bad deploy: step 1 changed
 
         async def both_blocked() -> bool:
