@@ -8,6 +8,7 @@ import contextlib
 import pytest
 
 from pyweft import (
+    Engine,
     InvalidArgumentError,
     WorkflowContext,
     WorkflowEvent,
@@ -61,7 +62,8 @@ async def _started_and_asleep(backend: Backend, *workflow_ids: str) -> None:
     async with backend.engine(workflows=[make(first)]) as engine:
         for workflow_id in ids:
             await engine.start("drifting", id=workflow_id)
-        await eventually(lambda: backend.clock.pending_timers() == len(ids), what="asleep")
+        for workflow_id in ids:
+            await eventually(lambda i=workflow_id: _asleep(engine, i), what="asleep")
 
 
 async def _collect(stream: object, into: list[WorkflowEvent]) -> None:
@@ -98,7 +100,7 @@ async def test_a_run_whose_code_drifted_is_blocked_visibly_and_resumes_under_fix
     async with backend.engine(workflows=[make(first)]) as fixed:  # the fix is deployed
         await eventually(lambda: fixed.is_running_here("drift"), what="picked up on recovery")
         assert (await fixed.describe("drift")).error is None
-        await eventually(lambda: backend.clock.pending_timers() == 1, what="asleep again")
+        await eventually(lambda: _asleep(fixed, "drift"), what="asleep again")
         backend.clock.advance(10)
         assert await fixed.result("drift", timeout=5) == "first+last"
     assert calls == ["first", "last"]  # step 1 replayed from the journal, not run again
@@ -154,7 +156,7 @@ async def test_a_client_resume_marks_a_blocked_run_running_for_an_engine_with_th
         info = await client.describe("drift")
         assert info.status == "running" and info.error is None
     async with backend.engine(workflows=[make(first)]) as fixed:
-        await eventually(lambda: backend.clock.pending_timers() == 1, what="asleep again")
+        await eventually(lambda: _asleep(fixed, "drift"), what="asleep again")
         backend.clock.advance(10)
         assert await fixed.result("drift", timeout=5) == "first+last"
 
@@ -201,7 +203,7 @@ async def test_a_version_mismatch_blocks_the_old_run_until_its_version_is_back(
         assert info.error is not None and info.error.type == "VersionMismatchError"
         assert "'1'" in info.error.message and "'2'" in info.error.message
         fresh = await v2.start("drifting", id="fresh")  # new runs are not held up
-        await eventually(lambda: backend.clock.pending_timers() == 1, what="fresh asleep")
+        await eventually(lambda: _asleep(v2, "fresh"), what="fresh asleep")
         backend.clock.advance(10)
         assert await fresh.result(timeout=5) == "first+last"
     async with backend.engine(workflows=[make(first, version="1")]) as v1:
@@ -214,6 +216,12 @@ async def test_blocked_is_a_status_the_list_accepts() -> None:
     from pyweft.engine.records import ALL_STATUSES, TERMINAL_STATUSES
 
     assert "blocked" in ALL_STATUSES and "blocked" not in TERMINAL_STATUSES
+
+
+async def _asleep(engine: Engine, workflow_id: str) -> bool:
+    """Step 1 is recorded and the sleep (step 2) is open: its deadline is stored."""
+    history = await engine.history(workflow_id)
+    return any(e.kind == "step_open" and e.step == 2 for e in history.events)
 
 
 async def _status(engine: object, workflow_id: str, status: str) -> bool:
