@@ -579,6 +579,13 @@ async def test_shutdown_leaves_no_run_behind_when_a_reclaim_is_in_flight() -> No
     drive nothing: here the taken-over run is launched after the runs were stopped,
     and keeps running (and executing activities) on a closed engine."""
     store, clock = _SlowRenewals(), VirtualClock()
+    b = Engine(
+        store,  # type: ignore[arg-type]
+        workflows=[parked],
+        ownership="workflow-lease",
+        clock=clock,
+    )
+    await b.open()  # before the orphan exists: only the reclaim scan can take it
     async with Engine(
         store,  # type: ignore[arg-type]
         workflows=[parked],
@@ -586,14 +593,6 @@ async def test_shutdown_leaves_no_run_behind_when_a_reclaim_is_in_flight() -> No
         clock=VirtualClock(),
     ) as first:
         await first.start(parked, id="orphan")
-    b = Engine(
-        store,  # type: ignore[arg-type]
-        workflows=[parked],
-        ownership="workflow-lease",
-        clock=clock,
-        recover=False,  # leave it to the reclaim scan
-    )
-    await b.open()
     gate = asyncio.Event()
     store.load_gate = ("orphan", gate)
     clock.advance(5)  # the claim cycle runs: reclaim -> resume_run -> load_run (held)

@@ -37,7 +37,9 @@ async def steady(ctx: WorkflowContext) -> str:
     return "steady"
 
 
-async def test_reordered_steps_fail_only_that_run_with_a_clear_message(backend: Backend) -> None:
+async def test_with_fail_run_reordered_steps_fail_only_that_run_with_a_clear_message(
+    backend: Backend,
+) -> None:
     v1 = make_version(a)
     async with backend.engine(workflows=[v1, steady]) as engine:
         await engine.start(v1, id="victim")  # type: ignore[arg-type]
@@ -45,7 +47,7 @@ async def test_reordered_steps_fail_only_that_run_with_a_clear_message(backend: 
         await eventually(lambda: backend.clock.pending_timers() == 2, what="both asleep")
 
     v2 = make_version(b)  # step 1 is now a different activity
-    async with backend.engine(workflows=[v2, steady]) as engine:
+    async with backend.engine(workflows=[v2, steady], on_nondeterminism="fail_run") as engine:
         with pytest.raises(WorkflowFailedError) as err:
             await engine.get_handle("victim").result(timeout=5)
         assert err.value.error_type == "NonDeterminismError"
@@ -59,7 +61,9 @@ async def test_reordered_steps_fail_only_that_run_with_a_clear_message(backend: 
     assert info.error is not None and info.error.code == "NonDeterminismError"
 
 
-async def test_removed_steps_are_detected_when_the_workflow_returns(backend: Backend) -> None:
+async def test_with_fail_run_removed_steps_are_detected_when_the_workflow_returns(
+    backend: Backend,
+) -> None:
     @workflow(name="shrinking")
     async def long_version(ctx: WorkflowContext) -> str:
         await ctx.run(a)
@@ -76,14 +80,16 @@ async def test_removed_steps_are_detected_when_the_workflow_returns(backend: Bac
         await ctx.run(a)
         return "short"
 
-    async with backend.engine(workflows=[short_version]) as engine:
+    async with backend.engine(workflows=[short_version], on_nondeterminism="fail_run") as engine:
         with pytest.raises(WorkflowFailedError) as err:
             await engine.get_handle("s").result(timeout=5)
     assert err.value.error_type == "NonDeterminismError"
     assert "step 2" in err.value.error_message
 
 
-async def test_catching_non_determinism_does_not_save_the_run(backend: Backend) -> None:
+async def test_with_fail_run_catching_non_determinism_does_not_save_the_run(
+    backend: Backend,
+) -> None:
     async with backend.engine(workflows=[make_version(a, name="swallow")]) as engine:
         await engine.start("swallow", id="sw")
         await eventually(lambda: backend.clock.pending_timers() == 1, what="asleep")
@@ -94,7 +100,7 @@ async def test_catching_non_determinism_does_not_save_the_run(backend: Backend) 
             await ctx.run(b)
         return "pretend all is well"
 
-    async with backend.engine(workflows=[swallowing]) as engine:
+    async with backend.engine(workflows=[swallowing], on_nondeterminism="fail_run") as engine:
         with pytest.raises(WorkflowFailedError) as err:
             await engine.get_handle("sw").result(timeout=5)
     assert err.value.error_type == "NonDeterminismError"

@@ -125,7 +125,9 @@ async def test_fork_reuses_the_journal_up_to_a_step(backend: Backend) -> None:
     assert info.forked_from == source.id
 
 
-async def test_version_change_fails_only_runs_of_the_old_version(backend: Backend) -> None:
+async def test_with_fail_run_a_version_change_fails_only_runs_of_the_old_version(
+    backend: Backend,
+) -> None:
     def make(version: str) -> object:
         @workflow(name="versioned", version=version)
         async def versioned(ctx: WorkflowContext) -> str:
@@ -137,7 +139,7 @@ async def test_version_change_fails_only_runs_of_the_old_version(backend: Backen
     async with backend.engine(workflows=[make("1")]) as engine:
         await engine.start("versioned", id="old")
         await eventually(lambda: backend.clock.pending_timers() == 1, what="asleep")
-    async with backend.engine(workflows=[make("2")]) as engine:
+    async with backend.engine(workflows=[make("2")], version_mismatch="fail_run") as engine:
         with pytest.raises(WorkflowFailedError) as err:
             await engine.get_handle("old").result(timeout=5)
         assert err.value.error_type == "VersionMismatchError"

@@ -31,6 +31,7 @@ STATUS_STYLES = {
     "timed_out": "red",
     "cancelled": "yellow",
     "suspended": "yellow",
+    "blocked": "bold magenta",
     "pending": "cyan",
     "approved": "green",
     "rejected": "red",

@@ -235,7 +235,7 @@ def update_result(
 
 # --- lifecycle ----------------------------------------------------------------------
 
-Action = Literal["cancel", "suspend", "resume"]
+Action = Literal["cancel", "suspend", "resume", "fail"]
 
 
 @contextmanager
@@ -253,7 +253,7 @@ def _engine_declines_quietly() -> Iterator[None]:
 
 
 async def _lifecycle(
-    db: str | None, workflow_id: str, action: Action
+    db: str | None, workflow_id: str, action: Action, reason: str = ""
 ) -> tuple[WorkflowInfo, WorkflowInfo]:
     """Apply ``action`` unless it is a no-op; return the run before and after."""
     async with open_engine(db) as engine:
@@ -265,6 +265,8 @@ async def _lifecycle(
         elif action == "resume" and before.status != "running":
             with _engine_declines_quietly():
                 await engine.resume(workflow_id)
+        elif action == "fail":
+            await engine.fail(workflow_id, reason)
         # Leaving this block shuts the engine down at once, before any run could be driven.
         return before, await engine.describe(workflow_id)
 
@@ -313,13 +315,14 @@ def suspend_run(workflow_id: IdArgument, db: DbOption = None) -> None:
 
 @app.command("resume")
 def resume_run(workflow_id: IdArgument, db: DbOption = None) -> None:
-    """Mark a suspended run as running again, so that an engine picks it up.
+    """Mark a suspended or blocked run as running again, so that an engine picks it up.
 
     This command drives no workflows: it only changes the stored status and
     leaves a wake-up. A running engine (one that recovers runs) that
-    registers the workflow type picks it up within its poll interval;
-    otherwise the next engine to start recovers it. A running run is left as
-    it is; a finished or pending run exits 1.
+    registers the workflow type and version picks it up within its poll
+    interval; otherwise the next engine to start recovers it. A blocked run
+    whose code still does not replay it is blocked again. A running run is
+    left as it is; a finished or pending run exits 1.
     """
     before, after = run(_lifecycle(db, workflow_id, "resume"))
     out = render.console()
@@ -331,4 +334,29 @@ def resume_run(workflow_id: IdArgument, db: DbOption = None) -> None:
         f"with workflow type {escape(repr(after.workflow_type))} picks it up within its poll "
         "interval; otherwise the next engine to start recovers it",
         soft_wrap=True,
+    )
+
+
+@app.command("fail")
+def fail_run(
+    workflow_id: IdArgument,
+    reason: Annotated[
+        str,
+        typer.Option(
+            "--reason",
+            metavar="TEXT",
+            help="Why the run is failed by hand; stored as its error message.",
+        ),
+    ],
+    db: DbOption = None,
+) -> None:
+    """End a blocked, suspended or pending run as failed, with --reason as its error.
+
+    For a blocked run whose code will not be fixed. Its result() then raises
+    WorkflowFailedError with error type FailedByOperator. A running run exits
+    1 (cancel it instead); a finished run exits 1.
+    """
+    _, after = run(_lifecycle(db, workflow_id, "fail", reason))
+    render.console().print(
+        f"{escape(workflow_id)} is now {render.status_text(after.status)}", soft_wrap=True
     )

@@ -11,7 +11,7 @@ import msgspec
 
 from pyweft.engine import lifecycle, quarantine
 from pyweft.engine.core import EngineCore
-from pyweft.engine.records import TERMINAL_STATUSES
+from pyweft.engine.records import TERMINAL_STATUSES, ErrorInfo
 from pyweft.engine.recovery import ids_with_status
 from pyweft.engine.run import Superseded
 from pyweft.engine.visibility import outcome_of
@@ -23,6 +23,9 @@ from pyweft.errors import (
 )
 
 log = logging.getLogger("pyweft.engine")
+
+FAILED_BY_OPERATOR = "FailedByOperator"
+"""The error type of a run ended with ``engine.fail`` (its message is the reason given)."""
 
 
 async def result(core: EngineCore, workflow_id: str, timeout: float | None) -> Any:
@@ -97,13 +100,13 @@ async def cancel(core: EngineCore, workflow_id: str) -> None:
         wake=True,
         cancel_requested=True,
     )
-    if requested is not None or current.status not in ("pending", "suspended"):
+    if requested is not None or current.status not in ("pending", "suspended", "blocked"):
         return  # the request is recorded, or the run already finished
     new, _ = await lifecycle.transition(
         core.storage,
         core.committer,
         workflow_id,
-        frozenset({"pending", "suspended"}),
+        frozenset({"pending", "suspended", "blocked"}),
         core.clock.now(),
         status="cancelled",
         cancel_requested=True,
@@ -155,14 +158,20 @@ async def resume(core: EngineCore, workflow_id: str) -> None:
     await core.settled(workflow_id)
     if workflow_id in core.runs:
         return
+    current = await core.visibility.state(workflow_id)
+    if current.status == "blocked" and await core.resume_run(workflow_id, force=True):
+        return  # this engine has the run's code: it replays it here now
+    # Suspended, or blocked and not drivable here (a client, another version): mark it
+    # running and leave a wake-up, so an engine with its code picks it up.
     new, current = await lifecycle.transition(
         core.storage,
         core.committer,
         workflow_id,
-        frozenset({"suspended"}),
+        frozenset({"suspended", "blocked"}),
         core.clock.now(),
         wake=True,  # an engine in another process may be the one to drive it
         status="running",
+        error=None,
     )
     if new is None and current.status in TERMINAL_STATUSES:
         raise WorkflowTerminalError(
@@ -179,6 +188,47 @@ async def resume(core: EngineCore, workflow_id: str) -> None:
     await core.resume_run(workflow_id)
 
 
+FAILABLE = frozenset({"blocked", "suspended", "pending"})
+MAX_REASON_CHARS = 2000
+
+
+async def fail(core: EngineCore, workflow_id: str, reason: str) -> None:
+    """End a run that no engine is driving (blocked, suspended or pending) as ``failed``."""
+    core.services_or_raise()
+    if not isinstance(reason, str) or not reason.strip() or len(reason) > MAX_REASON_CHARS:
+        raise InvalidArgumentError(
+            f"reason must be a non-empty string of at most {MAX_REASON_CHARS} characters "
+            f"saying why the run is failed by hand, got {reason!r:.80}"
+        )
+    await core.settled(workflow_id)
+    core.disarm_pending(workflow_id)
+    new, current = await lifecycle.transition(
+        core.storage,
+        core.committer,
+        workflow_id,
+        FAILABLE,
+        core.clock.now(),
+        wake=True,  # an engine holding it (a pending run's timer) lets go
+        rotate_claim=core.claims is not None,
+        status="failed",
+        error=ErrorInfo(type=FAILED_BY_OPERATOR, message=reason.strip(), code=FAILED_BY_OPERATOR),
+    )
+    if new is not None:
+        core.blocked_here.discard(workflow_id)
+        core.emit("failed", new, reason=reason.strip())
+        return
+    if current.status in TERMINAL_STATUSES:
+        raise WorkflowTerminalError(
+            f"workflow {workflow_id!r} is already {current.status}; it cannot be failed",
+            workflow_id=workflow_id,
+            status=current.status,
+        )
+    raise InvalidArgumentError(
+        f"workflow {workflow_id!r} is {current.status}: an engine is driving it, so it cannot "
+        "be failed from outside. Cancel it (engine.cancel) or suspend it first, then fail it"
+    )
+
+
 async def recover_all(core: EngineCore) -> int:
     core.services_or_raise()
     started = time.perf_counter()
@@ -193,7 +243,7 @@ async def recover_all(core: EngineCore) -> int:
     async def one(workflow_id: str) -> None:
         nonlocal resumed
         try:
-            if await core.resume_run(workflow_id):
+            if await core.resume_run(workflow_id, recovering=True):
                 resumed += 1
         finally:
             core.loading.pop(workflow_id, None)
@@ -204,6 +254,7 @@ async def recover_all(core: EngineCore) -> int:
     tasks = [core.loading[i] for i in ids if i in core.loading]
     if tasks:
         await asyncio.gather(*tasks)
+    resumed += await core.adopt_blocked()  # blocked runs this code may replay now
     if ids:
         log.info("recovered %d run(s) in %.1f ms", resumed, (time.perf_counter() - started) * 1e3)
     return resumed

@@ -28,6 +28,8 @@ from pyweft.engine.run import Run, RunServices
 from pyweft.engine.visibility import Visibility
 from pyweft.errors import (
     EngineClosedError,
+    EngineDeposedError,
+    LeaseNotHeldError,
     StorageError,
     VersionMismatchError,
     WorkflowNotRegisteredError,
@@ -48,7 +50,8 @@ class EngineCore:
         codec: PayloadCodec,
         max_payload_bytes: int,
         poll_interval: float,
-        version_mismatch: Literal["fail_run", "raise"],
+        version_mismatch: Literal["block", "fail_run", "raise"],
+        on_nondeterminism: Literal["block", "fail_run"] = "block",
     ) -> None:
         self.storage = storage
         self.clock = clock
@@ -56,6 +59,7 @@ class EngineCore:
         self.max_payload_bytes = max_payload_bytes
         self.poll_interval = poll_interval
         self.version_mismatch = version_mismatch
+        self.on_nondeterminism = on_nondeterminism
         self.committer = Committer(storage)
         self.workflows: dict[str, WorkflowDefinition] = {}
         self.activities: dict[str, ActivityDefinition] = {}
@@ -72,6 +76,10 @@ class EngineCore:
         self.drives = True  # False for role="client": runs are stored, never driven here
         self.residency = Residency(self)  # idle runs evicted from memory, still ours
         self._store_news = asyncio.Event()
+        self.adopting: set[str] = set()  # runs resume_run is adopting right now
+        self.blocked_here: set[str] = set()  # blocked runs this code was seen drifting on
+        self.left_alone: set[str] = set()  # runs logged as not drivable here
+        self.other_versions: set[tuple[str, str]] = set()  # (index key, our version)
 
     # --- notifications from the store -------------------------------------------------
 
@@ -148,6 +156,8 @@ class EngineCore:
     async def _drive(self, run: Run) -> None:
         try:
             await run.drive(WorkflowContext)
+            if run.drift is not None:
+                await self.block(run)
         except asyncio.CancelledError:
             pass
         except BaseException as exc:  # a bug: keep the run resumable
@@ -188,17 +198,55 @@ class EngineCore:
                 [Put(key=keys.SCHEMA_KEY, value=raw)], [Expect(key=keys.SCHEMA_KEY, value=raw)]
             )
 
-    async def resume_run(self, workflow_id: str) -> bool:
-        """Load a stored ``running`` run and drive it here. False if it cannot be.
+    async def resume_run(
+        self, workflow_id: str, *, force: bool = False, recovering: bool = False
+    ) -> bool:
+        """Load a stored run and drive it here. False if it cannot be, or already is.
 
-        Under ``workflow-lease`` the run's claim is taken first; a run another
-        engine holds is left to it.
+        Every path that adopts a run comes through here (recovery, the reclaim scan,
+        wake-ups, restores of evicted runs, ``resume``, re-drives after a storage
+        failure), and only one adoption per run is under way at a time: a second path
+        that arrives meanwhile leaves the run to the first, so an engine never drives
+        a run twice at once. A run is adopted only when its workflow type and version
+        are registered here, checked before anything is written: under
+        ``workflow-lease`` its claim is taken after that (a run another engine holds
+        is left to it), so an engine never holds a run it cannot replay. A
+        ``blocked`` run is set running again and driven when this engine has not
+        already found it drifting (or with ``force``, for ``resume``).
+        ``recovering``: called by recovery, where ``version_mismatch="raise"`` raises.
         """
         services = self.services_or_raise()
-        if workflow_id in self.runs or self.residency.holds(workflow_id):
-            return False  # driven here already (evicted runs come back through residency)
+        if not self.drives or workflow_id in self.adopting or self.driven_here(workflow_id):
+            return False
+        self.adopting.add(workflow_id)
+        try:
+            return await self._adopt(services, workflow_id, force=force, recovering=recovering)
+        finally:
+            self.adopting.discard(workflow_id)
+
+    async def _adopt(
+        self, services: RunServices, workflow_id: str, *, force: bool, recovering: bool
+    ) -> bool:
+        state = await quarantine.state(self, workflow_id)  # None if gone or quarantined
+        if state is None or state.status not in ("running", "blocked"):
+            return False
+        definition = self.workflows.get(state.type)
+        if definition is None:
+            self._leave_alone(
+                state, f"its workflow type {state.type!r} is not registered in this engine"
+            )
+            return False
+        if state.version != definition.version:
+            if state.status == "running":
+                await self._version_mismatch(state, definition, recovering=recovering)
+            return False
         claims = self.claims
-        if (
+        if state.status == "blocked":
+            if (not force and workflow_id in self.blocked_here) or not await self._unblock(
+                workflow_id
+            ):
+                return False
+        elif (
             claims is not None
             and workflow_id not in claims.claims
             and not await claims.acquire(workflow_id)
@@ -208,18 +256,6 @@ class EngineCore:
         if loaded is None or loaded.state.status != "running" or workflow_id in self.runs:
             if claims is not None and workflow_id not in self.runs:
                 await claims.release_all_of([workflow_id])
-            return False
-        definition = self.workflows.get(loaded.state.type)
-        if definition is None:
-            log.warning(
-                "run %s has workflow type %r, which is not registered; leaving it for "
-                "an engine that has it",
-                workflow_id,
-                loaded.state.type,
-            )
-            return False
-        if loaded.state.version != definition.version:
-            await self._version_mismatch(loaded.state, definition)
             return False
         run = Run(
             services,
@@ -237,32 +273,153 @@ class EngineCore:
                 if step not in loaded.journal  # stored after all: the journal has it
             },
         )
+        self.blocked_here.discard(workflow_id)
         self.launch(run)
         return True
 
-    async def _version_mismatch(self, state: WorkflowState, definition: WorkflowDefinition) -> None:
+    def _leave_alone(self, state: WorkflowState, why: str) -> None:
+        """Log (once per run) that a run is left for an engine that can replay it."""
+        if state.id not in self.left_alone:
+            self.left_alone.add(state.id)
+            log.warning(
+                "run %s (%s) is left for an engine that can replay it: %s",
+                state.id,
+                state.status,
+                why,
+            )
+
+    async def _held_elsewhere(self, workflow_id: str) -> bool:
+        """Under ``workflow-lease``: does another engine hold a live claim on the run?"""
+        from pyweft.engine.ownership.claims import decode_holder, holder_key
+
+        claims = self.claims
+        if claims is None:
+            return False  # one engine drives the whole store: this one
+        raw = await self.storage.get(holder_key(workflow_id))
+        holder = decode_holder(raw) if raw is not None else None
+        return (
+            holder is not None and holder.engine_id != claims.engine_id and not claims.stale(holder)
+        )
+
+    async def _version_mismatch(
+        self, state: WorkflowState, definition: WorkflowDefinition, *, recovering: bool = False
+    ) -> None:
+        """A running run of another version of a registered type: never driven here.
+
+        If no other engine drives it, it is blocked (the default), failed
+        (``"fail_run"``), or, for ``"raise"`` during recovery, the engine refuses to open.
+        """
         error = VersionMismatchError(
             f"run {state.id!r} was started by version {state.version!r} of workflow "
-            f"{state.type!r}, but version {definition.version!r} is registered; keep the old "
+            f"{state.type!r}, but version {definition.version!r} is registered here; it waits "
+            f"(blocked) for an engine that registers version {state.version!r}. Keep the old "
             "version deployed until its runs finish, or patch in place with ctx.get_version",
             workflow_id=state.id,
             stored_version=state.version,
             registered_version=definition.version,
         )
+        if await self._held_elsewhere(state.id):
+            return  # an engine that has its version drives it
         if self.version_mismatch == "raise":
-            raise error
-        log.error("%s", error)
+            if recovering:
+                raise error
+            self._leave_alone(state, str(error))
+            return
+        status = "failed" if self.version_mismatch == "fail_run" else "blocked"
         new, _ = await lifecycle.transition(
             self.storage,
             self.committer,
             state.id,
             frozenset({"running"}),
             self.clock.now(),
-            status="failed",
+            rotate_claim=self.claims is not None,  # fences out an owner presumed dead
+            status=status,
             error=ErrorInfo(type="VersionMismatchError", message=str(error), code=error.code),
         )
-        if new is not None:
-            self.emit("failed", new)
+        if new is None:
+            return
+        log.error("workflow %s %s: %s", state.id, status, error)
+        self.emit(
+            status,
+            new,
+            reason=str(error),
+            error_type="VersionMismatchError",
+            stored_version=state.version,
+            registered_version=definition.version,
+        )
+
+    async def _unblock(self, workflow_id: str) -> bool:
+        """Set a blocked run running again (taking its claim in the same batch)."""
+        claims = self.claims
+        plan = await claims.acquire_ops(workflow_id) if claims is not None else None
+        if claims is not None and plan is None:
+            return False
+        new, _ = await lifecycle.transition(
+            self.storage,
+            self.committer,
+            workflow_id,
+            frozenset({"blocked"}),
+            self.clock.now(),
+            extra_ops=plan[0] if plan else None,
+            extra_conds=plan[1] if plan else None,
+            status="running",
+            error=None,
+        )
+        if new is None:
+            return False
+        if plan is not None and claims is not None:
+            claims.adopt(plan[2])
+        log.info("workflow %s unblocked: this engine replays it", workflow_id)
+        self.emit("resumed", new, unblocked=True)
+        return True
+
+    async def block(self, run: Run) -> None:
+        """Store a run whose code drifted (see ``Run.code_drift``) as ``blocked``."""
+        drift = run.drift
+        try:
+            new = await run.block()
+        except StorageError as exc:
+            # Still running in the store: re-driven when the store works, it drifts
+            # again and is blocked then.
+            self.redriver.stranded(run.id, exc)
+            return
+        except (EngineDeposedError, LeaseNotHeldError):
+            return  # another engine drives the run now: it will find the drift itself
+        if new is None:
+            return  # changed meanwhile by another writer (cancelled, suspended...)
+        self.blocked_here.add(run.id)
+        log.error("workflow %s blocked: %s", run.id, drift)
+        self.emit(
+            "blocked",
+            new,
+            reason=str(drift),
+            error_type=type(drift).__name__,
+            step=getattr(drift, "step", None),
+        )
+
+    async def adopt_blocked(self) -> int:
+        """Take the blocked runs this engine's code may replay: their type and version
+        are registered here and this engine has not found them drifting already.
+        Returns how many were set running again."""
+        taken = 0
+        for name, definition in list(self.workflows.items()):
+            prefix = keys.list_prefix("blocked", name)
+            for key, _ in await self.storage.scan(prefix):
+                workflow_id = keys.id_from_index_key(key)
+                if (
+                    self.state != "open"
+                    or workflow_id in self.blocked_here
+                    or (key, definition.version) in self.other_versions
+                ):
+                    continue
+                if await self.resume_run(workflow_id):
+                    taken += 1
+                elif workflow_id not in self.blocked_here and not self.driven_here(workflow_id):
+                    # Its version differs (a run's version never changes): skip it from now on.
+                    state = await quarantine.state(self, workflow_id)
+                    if state is not None and state.version != definition.version:
+                        self.other_versions.add((key, definition.version))
+        return taken
 
     # --- pending (delayed) runs ---------------------------------------------------------
 

@@ -99,9 +99,17 @@ class Engine:
     ``$PYWEFT_DATABASE_URL`` or ``./pyweft.db``. Entering the engine recovers
     every run an earlier process left running unless ``recover=False``.
 
-    ``version_mismatch``: what recovery does with a run whose stored workflow
-    version differs from the registered one: ``"fail_run"`` fails that run
-    with ``VersionMismatchError``; ``"raise"`` aborts entering the engine.
+    ``version_mismatch``: what the engine does with a run whose stored workflow
+    version differs from the registered one and that no other engine drives:
+    ``"block"`` (the default) stores it as ``blocked`` until an engine that
+    registers its version takes it; ``"fail_run"`` fails it with
+    ``VersionMismatchError``; ``"raise"`` makes recovery on entering the engine
+    raise it. Such a run is never claimed nor driven here.
+    ``on_nondeterminism``: what happens when the code no longer replays a run's
+    journal (``NonDeterminismError``, or a ``ctx.get_version`` pin it dropped):
+    ``"block"`` (the default) stops the run, keeps its journal and stores it as
+    ``blocked`` until code that replays it recovers it (or ``resume``);
+    ``"fail_run"`` fails it.
     ``retention``: how long finished runs are kept per status (e.g.
     ``{"completed": "7d"}``); swept every ``retention_sweep_interval`` in
     batches of ``retention_batch_size``.
@@ -127,7 +135,8 @@ class Engine:
         activity_threads: int = 32,
         sqlite_synchronous: Literal["FULL", "NORMAL"] | None = None,
         poll_interval: float = 1.0,
-        version_mismatch: Literal["fail_run", "raise"] = "fail_run",
+        version_mismatch: Literal["block", "fail_run", "raise"] = "block",
+        on_nondeterminism: Literal["block", "fail_run"] = "block",
         retention: Mapping[str, Duration] | None = None,
         retention_sweep_interval: Duration = 60.0,
         retention_batch_size: int = 500,
@@ -171,9 +180,13 @@ class Engine:
                 f"max_cached_runs must be an int >= 0 (how many runs stay in memory), "
                 f"got {max_cached_runs!r}"
             )
-        if version_mismatch not in ("fail_run", "raise"):
+        if version_mismatch not in ("block", "fail_run", "raise"):
             raise ConfigurationError(
-                f"version_mismatch must be 'fail_run' or 'raise', got {version_mismatch!r}"
+                f"version_mismatch must be 'block', 'fail_run' or 'raise', got {version_mismatch!r}"
+            )
+        if on_nondeterminism not in ("block", "fail_run"):
+            raise ConfigurationError(
+                f"on_nondeterminism must be 'block' or 'fail_run', got {on_nondeterminism!r}"
             )
         if ownership is not None and ownership not in MODES:
             raise ConfigurationError(
@@ -236,6 +249,7 @@ class Engine:
             max_payload_bytes=max_payload_bytes,
             poll_interval=float(poll_interval),
             version_mismatch=version_mismatch,
+            on_nondeterminism=on_nondeterminism,
         )
         self._core.residency.max_cached_runs = max_cached_runs
         for fn in workflows:
@@ -473,6 +487,7 @@ class Engine:
             children=core,
             claims=core.claims,
             on_idle=core.residency.idle,
+            on_nondeterminism=core.on_nondeterminism,
         )
         # Park markers need one engine driving every run: not under workflow-lease.
         core.residency.markers = core.claims is None
@@ -483,7 +498,9 @@ class Engine:
         # After a storage failure, resumed runs are followed by a sweep for runs nobody
         # drives here: the reclaim scan under workflow-lease, else recovery (if enabled).
         if core.claims is not None:
-            core.redriver = Redriver(core.resume_run, core.probe_store, core.reclaim)
+            core.redriver = Redriver(
+                core.resume_run, core.probe_store, core.reclaim if self._recover else None
+            )
         elif self._recover:
             core.redriver = Redriver(
                 core.resume_run, core.probe_store, lambda: control.recover_all(core)
@@ -598,7 +615,9 @@ class Engine:
             return
         try:
             await claims.renew_all()
-            await self._core.reclaim()
+            if self._recover:  # recover=False: this engine drives only the runs it starts
+                await self._core.reclaim()
+                await self._core.adopt_blocked()  # e.g. runs of our version blocked elsewhere
         except Exception:
             log.exception("claim renewal / reclaim cycle failed; retrying next interval")
 
@@ -709,17 +728,31 @@ class Engine:
     async def resume(self, workflow_id: str) -> None:
         """Continue a suspended run here; also re-drives a ``running`` run nobody drives.
 
+        A ``blocked`` run is replayed here at once when this engine registers its
+        type and version (it blocks again if the code still drifts); otherwise it is
+        set running for an engine that has its code to pick up.
+
         Raises :class:`WorkflowTerminalError` for a finished run and
         :class:`InvalidArgumentError` for a pending one (it starts on its own).
         """
         await control.resume(self._core, workflow_id)
 
-    async def recover_all(self) -> int:
-        """Resume every stored run that is ``running`` and not already driven here.
+    async def fail(self, workflow_id: str, reason: str) -> None:
+        """End a run that no engine drives (``blocked``, ``suspended`` or ``pending``) as
+        ``failed`` with ``reason``: what to do with a blocked run whose code will not be
+        fixed. Its ``result()`` raises :class:`WorkflowFailedError` (``error_type``
+        ``"FailedByOperator"``). Raises :class:`WorkflowTerminalError` for a finished
+        run and :class:`InvalidArgumentError` for a running one (cancel it instead).
+        """
+        await control.fail(self._core, workflow_id, reason)
 
-        Returns how many runs were resumed. Runs whose workflow type is not
-        registered are left untouched (and logged) so a deploy that still has
-        the code can run them. Pending (delayed) runs get their start timers.
+    async def recover_all(self) -> int:
+        """Resume every stored run that is ``running`` and not already driven here, and
+        every ``blocked`` run this engine's code may replay now.
+
+        Returns how many runs were resumed. Runs whose workflow type or version is
+        not registered are left untouched (and logged) so an engine that has the
+        code can run them. Pending (delayed) runs get their start timers.
         """
         return await control.recover_all(self._core)
 

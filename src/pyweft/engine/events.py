@@ -24,6 +24,7 @@ EventKind = Literal[
     "review_requested",
     "review_decided",
     "suspended",
+    "blocked",
     "resumed",
     "cancel_requested",
     "completed",

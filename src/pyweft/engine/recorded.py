@@ -67,15 +67,16 @@ def get_version(run: Run, change_id: str, min_supported: int, max_supported: int
         key = keys.version_pin(run.id, change_id)
         run.staged[key] = Put(key=key, value=str(pinned).encode())
     if not min_supported <= pinned <= max_supported:
-        run.fatal = VersionMismatchError(
-            f"workflow {run.id!r} pinned change {change_id!r} at version {pinned}, but the code "
-            f"now supports {min_supported}..{max_supported}; keep supporting {pinned} until "
-            "such runs finish",
-            workflow_id=run.id,
-            stored_version=str(pinned),
-            registered_version=f"{min_supported}..{max_supported}",
+        run.code_drift(  # blocks the run (or fails it), like any other replay drift
+            VersionMismatchError(
+                f"workflow {run.id!r} pinned change {change_id!r} at version {pinned}, but the "
+                f"code now supports {min_supported}..{max_supported}; keep supporting {pinned} "
+                "until such runs finish",
+                workflow_id=run.id,
+                stored_version=str(pinned),
+                registered_version=f"{min_supported}..{max_supported}",
+            )
         )
-        raise run.fatal
     return pinned
 
 

@@ -23,12 +23,15 @@ from pyweft.errors import CorruptRecordError
 
 T = TypeVar("T")
 
-Status = Literal["pending", "running", "suspended", "completed", "failed", "cancelled", "timed_out"]
+Status = Literal[
+    "pending", "running", "suspended", "blocked", "completed", "failed", "cancelled", "timed_out"
+]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled", "timed_out"})
 ALL_STATUSES: tuple[str, ...] = (
     "pending",
     "running",
     "suspended",
+    "blocked",  # its code drifted: waits for code that replays it (``error`` says why)
     "completed",
     "failed",
     "cancelled",

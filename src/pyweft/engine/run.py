@@ -20,7 +20,7 @@ import random
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 import msgspec
 
@@ -97,6 +97,9 @@ class RunServices:
     max_history_steps: int = 100_000
     large_payload_bytes: int = 256 * 1024  # a step result past this is worth a warning
     on_idle: Callable[[Run], None] = lambda _: None  # every live step is a parked wait
+    # What replay drift (NonDeterminismError, a version pin the code dropped) does:
+    # "block" stores the run as blocked for fixed code; "fail_run" fails it.
+    on_nondeterminism: str = "block"
 
 
 Deferred = list[tuple[StepRecord, list[Op], list[Expect]]]
@@ -182,6 +185,9 @@ class Run:
         self.torn_down: RunTornDown | None = None
         self.teardown_cause: BaseException | None = None
         self.fatal: PyweftError | None = None  # fails the run even if the workflow catches it
+        # Set when the code stopped replaying the journal and the run is to be blocked
+        # (see code_drift); the engine stores it as ``blocked`` once the task ends.
+        self.drift: PyweftError | None = None
         self.task: asyncio.Task[None] | None = None
         self.done: asyncio.Future[WorkflowState] = asyncio.get_running_loop().create_future()
         self.query_handlers: dict[str, Callable[..., Any]] = {}
@@ -257,7 +263,7 @@ class Run:
         if self.recorded_updates:
             self._reapply_updates(step)
         if self.fatal is not None:
-            raise self.fatal
+            raise RunEnding(self.fatal)
         rec = self.journal.pop(step, None)
         if rec is None:
             return None
@@ -274,21 +280,63 @@ class Run:
             for applied in self.recorded_updates.pop(boundary):
                 reapply(self, applied)
 
-    def nondeterminism(self, step: int, recorded: str, requested: str) -> None:
-        self.fatal = NonDeterminismError(
-            f"workflow {self.id!r} is not deterministic at step {step}: the journal recorded "
-            f"{recorded} but the code now asks for {requested}. Code changes that reorder, add "
-            "or remove durable steps must not be deployed under running workflows; keep the "
-            "old order or version the workflow.",
-            workflow_id=self.id,
-            step=step,
+    def nondeterminism(self, step: int, recorded: str, requested: str) -> NoReturn:
+        self.code_drift(
+            NonDeterminismError(
+                f"workflow {self.id!r} is not deterministic at step {step}: the journal "
+                f"recorded {recorded} but the code now asks for {requested}. Code changes that "
+                "reorder, add or remove durable steps must not be deployed under running "
+                "workflows; keep the old order or version the workflow.",
+                workflow_id=self.id,
+                step=step,
+            )
         )
-        raise self.fatal
+
+    def code_drift(self, error: PyweftError) -> NoReturn:
+        """The code no longer replays this run's journal; ``error`` says where and how.
+
+        By default (``on_nondeterminism="block"``) the run is torn down at once, so a
+        workflow that catches the error (``except Exception``) records nothing more,
+        and the engine then stores it as ``blocked``, journal intact, until code that
+        replays it drives it again. With ``"fail_run"`` the run ends ``failed`` with
+        ``error`` whatever the workflow catches, as for the history limit.
+        """
+        if self.services.on_nondeterminism == "fail_run":
+            self.fatal = error
+            raise RunEnding(error)
+        if self.drift is None and self.torn_down is None:
+            self.drift = error
+        raise self.tear_down(
+            f"blocked: its code no longer replays its journal ({type(error).__name__})", error
+        )
+
+    async def block(self) -> WorkflowState | None:
+        """Store the run as ``blocked`` by its drift: journal and open steps are kept, the
+        error says why, and the claim (``workflow-lease``) is given up so that an engine
+        whose code replays the run can take it. ``None`` if another writer changed the
+        run first (a cancel, a suspend): the run is then what that writer made it."""
+        assert self.drift is not None
+        async with self._lock:
+            new = msgspec.structs.replace(
+                self.state,
+                status="blocked",
+                error=records.error_info(self.drift),
+                updated_at=self.services.clock.now(),
+            )
+            claims = self.services.claims
+            try:
+                # Staged writes (pins, attributes) came from the drifted code: dropped.
+                await self._write_state_locked(new, claims.release_ops(self.id) if claims else [])
+            except Superseded:
+                return None
+            if claims is not None:
+                claims.forget(self.id)
+        return new
 
     async def enter_live(self) -> None:
         """Called when a step starts running for real: cancellation and updates land here."""
         if self.fatal is not None:
-            raise self.fatal
+            raise RunEnding(self.fatal)
         self.check_alive()
         if self.terminating is not None:
             raise asyncio.CancelledError()
@@ -752,7 +800,7 @@ class Run:
             if self.terminating is not None:
                 raise asyncio.CancelledError()
             if self.fatal is not None:
-                raise self.fatal
+                raise RunEnding(self.fatal)
             if self.journal:
                 step = min(self.journal)
                 rec = self.journal[step]

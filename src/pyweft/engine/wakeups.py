@@ -102,7 +102,13 @@ class WakeupPoller:
                     state = None  # not ours to judge: adopting it below quarantines it
                     finished = False
                 else:
-                    finished = state is None or state.status in records.TERMINAL_STATUSES
+                    # A blocked run waits for code that replays it, not for messages: they
+                    # stay stored for it, and its marker has done its job.
+                    finished = (
+                        state is None
+                        or state.status in records.TERMINAL_STATUSES
+                        or state.status == "blocked"
+                    )
                 if state is not None and state.status == "pending":
                     # Created for later by a client: arm its start timer here.
                     if not self._adopt_orphans or state.type not in core.workflows:

@@ -72,7 +72,8 @@ class Engine:
         activity_threads: int = 32,
         sqlite_synchronous: Literal["FULL", "NORMAL"] | None = None,
         poll_interval: float = 1.0,
-        version_mismatch: Literal["fail_run", "raise"] = "fail_run",
+        version_mismatch: Literal["block", "fail_run", "raise"] = "block",
+        on_nondeterminism: Literal["block", "fail_run"] = "block",
         retention: Mapping[str, Duration] | None = None,
         retention_sweep_interval: Duration = 60.0,
         retention_batch_size: int = 500,
@@ -108,6 +109,7 @@ class Engine:
                 sqlite_synchronous=sqlite_synchronous,
                 poll_interval=poll_interval,
                 version_mismatch=version_mismatch,
+                on_nondeterminism=on_nondeterminism,
                 retention=retention,
                 retention_sweep_interval=retention_sweep_interval,
                 retention_batch_size=retention_batch_size,
@@ -344,6 +346,9 @@ class Engine:
 
     def resume(self, workflow_id: str) -> None:
         self._run(self._engine.resume, workflow_id)
+
+    def fail(self, workflow_id: str, reason: str) -> None:
+        self._run(self._engine.fail, workflow_id, reason)
 
     def recover_all(self) -> int:
         return self._run(self._engine.recover_all)
