@@ -16,7 +16,7 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, TypeVarTuple, overload
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, TypeVarTuple, cast, overload
 
 from pyweft.clock import Clock
 from pyweft.codec import PayloadCodec
@@ -50,6 +50,7 @@ Ts = TypeVarTuple("Ts")
 R = TypeVar("R")
 
 State = Literal["new", "opening", "open", "closing", "closed"]
+Started = Literal["started", "signalled"]
 
 
 class Engine:
@@ -344,7 +345,8 @@ class Engine:
         tags: Sequence[str] = (),
     ) -> WorkflowHandle[Any]:
         """Create a run and start driving it. Returns once the run is durably stored."""
-        start: Callable[..., Coroutine[Any, Any, AsyncHandle[Any]]] = self._engine.start
+        # The typed overloads are for callers; this forwards whatever it was given.
+        start = cast(Callable[..., Coroutine[Any, Any, AsyncHandle[Any]]], self._engine.start)
         handle = self._run(
             start,
             wf,
@@ -428,9 +430,10 @@ class Engine:
         id: str | None = None,
         signal_id: str | None = None,
     ) -> tuple[WorkflowHandle[Any], Literal["started", "signalled"]]:
-        start_or_signal: Callable[
-            ..., Coroutine[Any, Any, tuple[AsyncHandle[Any], Literal["started", "signalled"]]]
-        ] = self._engine.start_or_signal
+        start_or_signal = cast(
+            Callable[..., Coroutine[Any, Any, tuple[AsyncHandle[Any], Started]]],
+            self._engine.start_or_signal,
+        )
         handle, how = self._run(
             start_or_signal, wf, *args, signal=signal, id=id, signal_id=signal_id
         )
