@@ -67,6 +67,9 @@ async def stock_check(ctx: WorkflowContext, sku: str, qty: int = 1) -> dict[str,
     assert_type(await ctx.run(inventory.reserve, sku), bool)
     assert_type(await ctx.run(inventory.reserve, sku, qty), bool)
     assert_type(await ctx.run(inventory.count, sku), int)
+    counted = activity(inventory.count)  # a bound method decorated where it is registered
+    assert_type(await ctx.run(counted, sku), int)
+    assert_type(await ctx.run(activity(retry=None)(inventory.count), sku), int)
     return {sku: qty}
 
 
