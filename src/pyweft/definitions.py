@@ -15,7 +15,7 @@ import inspect
 import math
 import typing
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar, cast, overload
@@ -25,6 +25,9 @@ from pyweft.durations import parse_duration, parse_optional_duration
 from pyweft.errors import DefinitionError, InvalidArgumentError, InvalidDurationError
 
 F = TypeVar("F", bound=Callable[..., Any])
+# A workflow is an ``async def``: a type checker flags ``@workflow`` on a plain ``def``
+# as the decorator does at run time.
+WF = TypeVar("WF", bound=Callable[..., Awaitable[Any]])
 
 Duration = float | int | timedelta | str
 
@@ -271,7 +274,7 @@ def _bound_activity(method: Callable[..., Any], definition: ActivityDefinition) 
 
 
 @overload
-def workflow(fn: F, /) -> F: ...
+def workflow(fn: WF, /) -> WF: ...
 @overload
 def workflow(
     *,
@@ -279,16 +282,16 @@ def workflow(
     version: str = "1",
     activities: Iterable[Callable[..., Any]] = (),
     retention: Mapping[str, Duration] | None = None,
-) -> Callable[[F], F]: ...
+) -> Callable[[WF], WF]: ...
 def workflow(
-    fn: F | None = None,
+    fn: WF | None = None,
     /,
     *,
     name: str | None = None,
     version: str = "1",
     activities: Iterable[Callable[..., Any]] = (),
     retention: Mapping[str, Duration] | None = None,
-) -> F | Callable[[F], F]:
+) -> WF | Callable[[WF], WF]:
     """Declare a workflow: ``async def wf(ctx, *args)`` whose durable steps survive crashes.
 
     ``activities`` are looked up before the engine-wide registry when the
@@ -299,14 +302,15 @@ def workflow(
     own = tuple(activities)
     kept = parse_retention(retention) if retention is not None else None
 
-    def decorate(f: F) -> F:
+    def decorate(f: WF) -> WF:
         if is_activity(f):
             raise DefinitionError(
                 f"@workflow on {_qualname(f)}, which is already an @activity: a function is "
                 "one or the other; register activities with Engine(activities=[...]) and call "
                 "them with ctx.run"
             )
-        if not inspect.iscoroutinefunction(f):
+        is_async = inspect.iscoroutinefunction(f)  # not in the `if`: it would narrow away WF
+        if not is_async:
             raise DefinitionError(
                 f"@workflow {getattr(f, '__qualname__', f)!r} must be an `async def` function "
                 "taking the WorkflowContext as its first parameter"

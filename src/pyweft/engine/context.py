@@ -12,7 +12,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
-from typing import Any, NoReturn, TypeVar, overload
+from typing import Any, Literal, NoReturn, TypeVar, TypeVarTuple, overload
 
 from pyweft.definitions import (
     ActivityDefinition,
@@ -49,6 +49,11 @@ from pyweft.errors import (
 )
 
 T = TypeVar("T")
+# ``ctx.run(fn, *args)`` and ``ctx.start_child(wf, *args)`` check ``args`` against the
+# function's parameters (after the context, for a workflow) and type the result as what
+# it returns. A TypeVarTuple, not a ParamSpec: the options (``retry=``, ``id=``...)
+# follow ``*args``, which type checkers refuse between ``P.args`` and ``P.kwargs``.
+Ts = TypeVarTuple("Ts")
 
 
 class _ReplayFilter(logging.LoggerAdapter):  # type: ignore[type-arg]
@@ -114,9 +119,9 @@ class WorkflowContext:
     @overload
     def run(
         self,
-        activity: Callable[..., Awaitable[T]],
+        activity: Callable[[*Ts], Awaitable[T]],
         /,
-        *args: Any,
+        *args: *Ts,
         retry: RetryPolicy | None = None,
         timeout: Duration | None = None,
         schedule_to_close: Duration | None = None,
@@ -124,9 +129,9 @@ class WorkflowContext:
     @overload
     def run(
         self,
-        activity: Callable[..., T],
+        activity: Callable[[*Ts], T],
         /,
-        *args: Any,
+        *args: *Ts,
         retry: RetryPolicy | None = None,
         timeout: Duration | None = None,
         schedule_to_close: Duration | None = None,
@@ -145,7 +150,7 @@ class WorkflowContext:
         self,
         activity: Callable[..., Any] | str,
         /,
-        *args: Any,
+        *args: object,
         retry: RetryPolicy | None = None,
         timeout: Duration | None = None,
         schedule_to_close: Duration | None = None,
@@ -339,10 +344,42 @@ class WorkflowContext:
         coro = composition.race_keyed(self._run, self._run.alloc_step(), branches)
         return operations.Composite(coro, list(branches.values()))
 
+    @overload
+    def start_child(
+        self,
+        workflow: Callable[[WorkflowContext, *Ts], Awaitable[T]],
+        *args: *Ts,
+        id: str | None = None,
+        parent_close_policy: Literal["await"] = "await",
+    ) -> Awaitable[T]: ...
+    @overload
+    def start_child(
+        self,
+        workflow: Callable[[WorkflowContext, *Ts], Awaitable[object]],
+        *args: *Ts,
+        id: str | None = None,
+        parent_close_policy: Literal["abandon", "request_cancel"],
+    ) -> Awaitable[str]: ...
+    @overload
+    def start_child(
+        self,
+        workflow: str,
+        *args: Any,
+        id: str | None = None,
+        parent_close_policy: Literal["await"] = "await",
+    ) -> Awaitable[Any]: ...
+    @overload
+    def start_child(
+        self,
+        workflow: str,
+        *args: Any,
+        id: str | None = None,
+        parent_close_policy: Literal["abandon", "request_cancel"],
+    ) -> Awaitable[str]: ...
     def start_child(
         self,
         workflow: Callable[..., Any] | str,
-        *args: Any,
+        *args: object,
         id: str | None = None,
         parent_close_policy: str = "await",
     ) -> Awaitable[Any]:

@@ -10,11 +10,11 @@ from __future__ import annotations
 import asyncio
 import builtins
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, TypeVarTuple, overload
 
 from pyweft.clock import Clock, SystemClock, TimerHandle
 from pyweft.codec import DefaultPayloadCodec, PayloadCodec
@@ -41,7 +41,7 @@ from pyweft.engine import (
 )
 from pyweft.engine.core import EngineCore
 from pyweft.engine.events import WorkflowEvent
-from pyweft.engine.handle import WorkflowHandle
+from pyweft.engine.handle import WorkflowHandle, check_result_type
 from pyweft.engine.info import Page, WorkflowInfo
 from pyweft.engine.ownership import (
     MODES,
@@ -84,11 +84,22 @@ from pyweft.storage.factory import open_storage
 from pyweft.storage.file_lock import StoreFileLock
 from pyweft.storage.sqlite import SQLiteStorage
 
+if TYPE_CHECKING:
+    from pyweft.engine.context import WorkflowContext
+
 log = logging.getLogger("pyweft.engine")
 
 DEFAULT_MAX_PAYLOAD_BYTES = 2 * 1024 * 1024
 DEFAULT_MAX_HISTORY_STEPS = 100_000
 _SHUTDOWN_GRACE_S = 5.0  # how long runs may take to finish a commit already under way
+
+# Typing of ``start`` / ``start_or_signal``: ``Ts`` are the workflow's parameters after
+# the context and ``R`` its return type. A TypeVarTuple rather than a ParamSpec because
+# the options (``id=``, ``on_conflict=``...) follow ``*args`` and neither mypy nor
+# pyright allows keyword parameters between ``*args: P.args`` and ``**kwargs: P.kwargs``;
+# workflow arguments are positional anyway.
+Ts = TypeVarTuple("Ts")
+R = TypeVar("R")
 
 
 class Engine:
@@ -654,9 +665,23 @@ class Engine:
 
     # --- starting runs ------------------------------------------------------------------
 
+    @overload
     async def start(
         self,
-        wf: Callable[..., Any] | str,
+        wf: Callable[[WorkflowContext, *Ts], Awaitable[R]],
+        *args: *Ts,
+        id: str | None = None,
+        idempotency_key: str | None = None,
+        on_conflict: Literal["fail", "use_existing"] = "fail",
+        execution_timeout: Duration | None = None,
+        start_delay: Duration | None = None,
+        start_at: datetime | float | None = None,
+        tags: Sequence[str] = (),
+    ) -> WorkflowHandle[R]: ...
+    @overload
+    async def start(
+        self,
+        wf: str,
         *args: Any,
         id: str | None = None,
         idempotency_key: str | None = None,
@@ -665,7 +690,19 @@ class Engine:
         start_delay: Duration | None = None,
         start_at: datetime | float | None = None,
         tags: Sequence[str] = (),
-    ) -> WorkflowHandle:
+    ) -> WorkflowHandle[Any]: ...
+    async def start(
+        self,
+        wf: Callable[..., Any] | str,
+        *args: object,
+        id: str | None = None,
+        idempotency_key: str | None = None,
+        on_conflict: Literal["fail", "use_existing"] = "fail",
+        execution_timeout: Duration | None = None,
+        start_delay: Duration | None = None,
+        start_at: datetime | float | None = None,
+        tags: Sequence[str] = (),
+    ) -> WorkflowHandle[Any]:
         """Create a run and start driving it. Returns once the run is durably stored.
 
         ``id`` defaults to a random UUID. A second ``start`` with the same
@@ -696,8 +733,18 @@ class Engine:
         )
         return WorkflowHandle(self, workflow_id)
 
-    def get_handle(self, workflow_id: str) -> WorkflowHandle:
-        """A handle to an existing run. Does no I/O; errors surface when it is used."""
+    @overload
+    def get_handle(self, workflow_id: str) -> WorkflowHandle[Any]: ...
+    @overload
+    def get_handle(self, workflow_id: str, result_type: type[R]) -> WorkflowHandle[R]: ...
+    def get_handle(self, workflow_id: str, result_type: object = None) -> WorkflowHandle[Any]:
+        """A handle to an existing run. Does no I/O; errors surface when it is used.
+
+        ``result_type`` only tells type checkers what ``result()`` returns
+        (``get_handle(id, Receipt)`` is a ``WorkflowHandle[Receipt]``); the
+        value itself is decoded with the registered workflow's return annotation.
+        """
+        check_result_type(result_type, "get_handle")
         return WorkflowHandle(self, workflow_id)
 
     # --- results and control ------------------------------------------------------------
@@ -780,14 +827,32 @@ class Engine:
         assert self._signals is not None
         await self._signals.send(workflow_id, name, payload, signal_id)
 
+    @overload
     async def start_or_signal(
         self,
-        wf: Callable[..., Any] | str,
+        wf: Callable[[WorkflowContext, *Ts], Awaitable[R]],
+        *args: *Ts,
+        signal: tuple[str, Any],
+        id: str | None = None,
+        signal_id: str | None = None,
+    ) -> tuple[WorkflowHandle[R], Literal["started", "signalled"]]: ...
+    @overload
+    async def start_or_signal(
+        self,
+        wf: str,
         *args: Any,
         signal: tuple[str, Any],
         id: str | None = None,
         signal_id: str | None = None,
-    ) -> tuple[WorkflowHandle, Literal["started", "signalled"]]:
+    ) -> tuple[WorkflowHandle[Any], Literal["started", "signalled"]]: ...
+    async def start_or_signal(
+        self,
+        wf: Callable[..., Any] | str,
+        *args: object,
+        signal: tuple[str, Any],
+        id: str | None = None,
+        signal_id: str | None = None,
+    ) -> tuple[WorkflowHandle[Any], Literal["started", "signalled"]]:
         """Start the run with ``signal`` already buffered, or signal it if it exists.
 
         Creating the run and buffering its first signal is one atomic write;
@@ -807,7 +872,7 @@ class Engine:
         workflow_id, created = await creation.create(
             self._core, self._signals, wf, args, id=id, first_signal=(name, payload, signal_id)
         )
-        handle = WorkflowHandle(self, workflow_id)
+        handle: WorkflowHandle[Any] = WorkflowHandle(self, workflow_id)
         if created:
             return handle, "started"
         try:
@@ -978,7 +1043,7 @@ class Engine:
         from_step: int | None = None,
         id: str | None = None,
         drive: bool = True,
-    ) -> WorkflowHandle:
+    ) -> WorkflowHandle[Any]:
         """Start a new run that reuses ``workflow_id``'s journal up to ``from_step``
         (default: every committed step, clamped to the last one) and records where it
         came from. ``drive=False`` only stores it, for an engine that registers the

@@ -3,21 +3,47 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pyweft.durations import parse_optional_duration
 from pyweft.engine.events import WorkflowEvent
 from pyweft.engine.info import WorkflowInfo
 from pyweft.engine.updates import OMITTED
 from pyweft.engine.visibility import History
+from pyweft.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from pyweft.definitions import Duration
     from pyweft.engine.engine import Engine
 
+R_co = TypeVar("R_co", covariant=True)
 
-class WorkflowHandle:
-    """Cheap to create; every method goes through the engine that made it."""
+
+def check_result_type(result_type: object, call: str) -> None:
+    """Refuse a ``result_type`` that is not a type (``get_handle(id, "order-1")``).
+
+    The type is for type checkers only, so anything a checker accepts as one
+    passes: classes, ``list[int]``, ``int | None``, ``Any``, a ``NewType``.
+    """
+    if result_type is None or isinstance(result_type, type):
+        return
+    if type(result_type).__module__ in ("typing", "types", "typing_extensions"):
+        return
+    raise InvalidArgumentError(
+        f"{call}: result_type must be a type such as Receipt or dict[str, int] (it types "
+        f"what result() returns), got {result_type!r}; pass the workflow id first, as in "
+        f"{call}(workflow_id, Receipt)"
+    )
+
+
+class WorkflowHandle(Generic[R_co]):
+    """Cheap to create; every method goes through the engine that made it.
+
+    ``R_co`` is the workflow's return type, as type checkers see it:
+    ``engine.start(checkout, order)`` gives a ``WorkflowHandle[Receipt]`` when
+    ``checkout`` returns ``Receipt``, and ``await handle.result()`` is a
+    ``Receipt``. A handle made from a workflow name is a ``WorkflowHandle[Any]``.
+    """
 
     __slots__ = ("_engine", "id")
 
@@ -28,14 +54,15 @@ class WorkflowHandle:
     def __repr__(self) -> str:
         return f"WorkflowHandle(id={self.id!r})"
 
-    async def result(self, timeout: Duration | None = None) -> Any:
+    async def result(self, timeout: Duration | None = None) -> R_co:
         """Wait for the run to finish and return its result (or raise its failure).
 
         ``timeout`` (seconds, ``timedelta`` or a string like ``"30s"``) bounds
         the wait only; the run keeps going when it passes.
         """
         seconds = parse_optional_duration(timeout, field="timeout")
-        return await self._engine.result(self.id, timeout=seconds)
+        value: R_co = await self._engine.result(self.id, timeout=seconds)
+        return value
 
     async def describe(self) -> WorkflowInfo:
         return await self._engine.describe(self.id)

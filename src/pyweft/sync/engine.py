@@ -13,16 +13,18 @@ import concurrent.futures
 import contextlib
 import functools
 import threading
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Literal, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, TypeVarTuple, cast, overload
 
 from pyweft.clock import Clock
 from pyweft.codec import PayloadCodec
 from pyweft.definitions import ActivityDefinition, Duration, WorkflowDefinition
 from pyweft.engine.engine import DEFAULT_MAX_HISTORY_STEPS, DEFAULT_MAX_PAYLOAD_BYTES
 from pyweft.engine.engine import Engine as AsyncEngine
+from pyweft.engine.handle import WorkflowHandle as AsyncHandle
+from pyweft.engine.handle import check_result_type
 from pyweft.engine.info import Page, WorkflowInfo
 from pyweft.engine.ownership import StoreOwnership
 from pyweft.engine.ownership.lease import LeaseHealth
@@ -38,10 +40,17 @@ from pyweft.sync.events import EventIterator
 from pyweft.sync.handle import WorkflowHandle
 from pyweft.sync.loop import LoopThread, closed_error
 
+if TYPE_CHECKING:
+    from pyweft.engine.context import WorkflowContext
+
 P = ParamSpec("P")
 T = TypeVar("T")
+# As in the async engine: the workflow's parameters after the context, and its result.
+Ts = TypeVarTuple("Ts")
+R = TypeVar("R")
 
 State = Literal["new", "opening", "open", "closing", "closed"]
+Started = Literal["started", "signalled"]
 
 
 class Engine:
@@ -299,9 +308,23 @@ class Engine:
 
     # --- starting and controlling runs ------------------------------------------------
 
+    @overload
     def start(
         self,
-        wf: Callable[..., Any] | str,
+        wf: Callable[[WorkflowContext, *Ts], Awaitable[R]],
+        *args: *Ts,
+        id: str | None = None,
+        idempotency_key: str | None = None,
+        on_conflict: Literal["fail", "use_existing"] = "fail",
+        execution_timeout: Duration | None = None,
+        start_delay: Duration | None = None,
+        start_at: datetime | float | None = None,
+        tags: Sequence[str] = (),
+    ) -> WorkflowHandle[R]: ...
+    @overload
+    def start(
+        self,
+        wf: str,
         *args: Any,
         id: str | None = None,
         idempotency_key: str | None = None,
@@ -310,10 +333,24 @@ class Engine:
         start_delay: Duration | None = None,
         start_at: datetime | float | None = None,
         tags: Sequence[str] = (),
-    ) -> WorkflowHandle:
+    ) -> WorkflowHandle[Any]: ...
+    def start(
+        self,
+        wf: Callable[..., Any] | str,
+        *args: object,
+        id: str | None = None,
+        idempotency_key: str | None = None,
+        on_conflict: Literal["fail", "use_existing"] = "fail",
+        execution_timeout: Duration | None = None,
+        start_delay: Duration | None = None,
+        start_at: datetime | float | None = None,
+        tags: Sequence[str] = (),
+    ) -> WorkflowHandle[Any]:
         """Create a run and start driving it. Returns once the run is durably stored."""
+        # The typed overloads are for callers; this forwards whatever it was given.
+        start = cast(Callable[..., Coroutine[Any, Any, AsyncHandle[Any]]], self._engine.start)
         handle = self._run(
-            self._engine.start,
+            start,
             wf,
             *args,
             id=id,
@@ -326,8 +363,16 @@ class Engine:
         )
         return WorkflowHandle(self, handle.id)
 
-    def get_handle(self, workflow_id: str) -> WorkflowHandle:
-        """A handle to an existing run. Does no I/O; errors surface when it is used."""
+    @overload
+    def get_handle(self, workflow_id: str) -> WorkflowHandle[Any]: ...
+    @overload
+    def get_handle(self, workflow_id: str, result_type: type[R]) -> WorkflowHandle[R]: ...
+    def get_handle(self, workflow_id: str, result_type: object = None) -> WorkflowHandle[Any]:
+        """A handle to an existing run. Does no I/O; errors surface when it is used.
+
+        ``result_type`` only tells type checkers what ``result()`` returns.
+        """
+        check_result_type(result_type, "get_handle")
         return WorkflowHandle(self, workflow_id)
 
     def result(self, workflow_id: str, *, timeout: Duration | None = None) -> Any:
@@ -364,16 +409,38 @@ class Engine:
         """Send a signal. Returns once it is durably buffered for the run."""
         self._run(self._engine.signal, workflow_id, name, payload, signal_id=signal_id)
 
+    @overload
     def start_or_signal(
         self,
-        wf: Callable[..., Any] | str,
+        wf: Callable[[WorkflowContext, *Ts], Awaitable[R]],
+        *args: *Ts,
+        signal: tuple[str, Any],
+        id: str | None = None,
+        signal_id: str | None = None,
+    ) -> tuple[WorkflowHandle[R], Literal["started", "signalled"]]: ...
+    @overload
+    def start_or_signal(
+        self,
+        wf: str,
         *args: Any,
         signal: tuple[str, Any],
         id: str | None = None,
         signal_id: str | None = None,
-    ) -> tuple[WorkflowHandle, Literal["started", "signalled"]]:
+    ) -> tuple[WorkflowHandle[Any], Literal["started", "signalled"]]: ...
+    def start_or_signal(
+        self,
+        wf: Callable[..., Any] | str,
+        *args: object,
+        signal: tuple[str, Any],
+        id: str | None = None,
+        signal_id: str | None = None,
+    ) -> tuple[WorkflowHandle[Any], Literal["started", "signalled"]]:
+        start_or_signal = cast(
+            Callable[..., Coroutine[Any, Any, tuple[AsyncHandle[Any], Started]]],
+            self._engine.start_or_signal,
+        )
         handle, how = self._run(
-            self._engine.start_or_signal, wf, *args, signal=signal, id=id, signal_id=signal_id
+            start_or_signal, wf, *args, signal=signal, id=id, signal_id=signal_id
         )
         return WorkflowHandle(self, handle.id), how
 
@@ -489,7 +556,7 @@ class Engine:
         from_step: int | None = None,
         id: str | None = None,
         drive: bool = True,
-    ) -> WorkflowHandle:
+    ) -> WorkflowHandle[Any]:
         handle = self._run(self._engine.fork, workflow_id, from_step=from_step, id=id, drive=drive)
         return WorkflowHandle(self, handle.id)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pyweft.engine.info import WorkflowInfo
 from pyweft.engine.updates import OMITTED
@@ -13,9 +13,15 @@ if TYPE_CHECKING:
     from pyweft.definitions import Duration
     from pyweft.sync.engine import Engine
 
+R_co = TypeVar("R_co", covariant=True)
 
-class WorkflowHandle:
-    """A reference to one run; cheap to create, every method goes through its engine."""
+
+class WorkflowHandle(Generic[R_co]):
+    """A reference to one run; cheap to create, every method goes through its engine.
+
+    ``R_co`` is the workflow's return type for type checkers, as on
+    :class:`pyweft.WorkflowHandle`: ``handle.result()`` returns it.
+    """
 
     __slots__ = ("_engine", "id")
 
@@ -26,13 +32,14 @@ class WorkflowHandle:
     def __repr__(self) -> str:
         return f"pyweft.sync.WorkflowHandle(id={self.id!r})"
 
-    def result(self, timeout: Duration | None = None) -> Any:
+    def result(self, timeout: Duration | None = None) -> R_co:
         """Block until the run finishes and return its result (or raise its failure).
 
         ``timeout`` bounds the wait only and raises ``ResultTimeoutError``; the
         run keeps going.
         """
-        return self._engine.result(self.id, timeout=timeout)
+        value: R_co = self._engine.result(self.id, timeout=timeout)
+        return value
 
     def describe(self) -> WorkflowInfo:
         return self._engine.describe(self.id)
