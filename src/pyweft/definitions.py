@@ -126,6 +126,7 @@ class WorkflowDefinition:
     result_type: object = Any
     retention: dict[str, float] | None = None  # seconds per terminal status
     signature: inspect.Signature | None = None
+    max_history_steps: int | None = None  # None: the engine's limit
 
     def check_arguments(self, args: tuple[Any, ...]) -> None:
         """Refuse ``args`` that the workflow function could not be called with.
@@ -282,6 +283,7 @@ def workflow(
     version: str = "1",
     activities: Iterable[Callable[..., Any]] = (),
     retention: Mapping[str, Duration] | None = None,
+    max_history_steps: int | None = None,
 ) -> Callable[[WF], WF]: ...
 def workflow(
     fn: WF | None = None,
@@ -291,15 +293,23 @@ def workflow(
     version: str = "1",
     activities: Iterable[Callable[..., Any]] = (),
     retention: Mapping[str, Duration] | None = None,
+    max_history_steps: int | None = None,
 ) -> WF | Callable[[WF], WF]:
     """Declare a workflow: ``async def wf(ctx, *args)`` whose durable steps survive crashes.
 
     ``activities`` are looked up before the engine-wide registry when the
     workflow calls an activity by name. ``retention`` (per terminal status,
     e.g. ``{"completed": "7d"}``) overrides the engine's retention for this
-    workflow's runs.
+    workflow's runs. ``max_history_steps`` overrides the engine's limit on steps per run
+    (a loop that never ends fails with ``HistoryLimitError`` past it).
     """
     own = tuple(activities)
+    if max_history_steps is not None and (
+        type(max_history_steps) is not int or max_history_steps < 1
+    ):
+        raise DefinitionError(
+            f"@workflow max_history_steps must be a positive int, got {max_history_steps!r}"
+        )
     kept = parse_retention(retention) if retention is not None else None
 
     def decorate(f: WF) -> WF:
@@ -347,6 +357,7 @@ def workflow(
             result_type=result_type,
             retention=kept,
             signature=_signature(f),
+            max_history_steps=max_history_steps,
         )
         setattr(f, _WORKFLOW_ATTR, definition)
         return f

@@ -9,6 +9,7 @@ import pytest
 
 from pyweft import (
     ConfigurationError,
+    DefinitionError,
     Engine,
     MemoryStorage,
     VirtualClock,
@@ -84,3 +85,25 @@ def test_the_history_limit_must_be_a_positive_int() -> None:
     for bad in (0, -1, 2.5, "10"):
         with pytest.raises(ConfigurationError, match="max_history_steps"):
             Engine("memory://", max_history_steps=bad)  # type: ignore[arg-type]
+
+
+@workflow(max_history_steps=10)
+async def short_leash(ctx: WorkflowContext) -> None:
+    i = 0
+    while True:
+        i = await ctx.run(tick, i + 1)
+
+
+async def test_a_workflow_may_set_its_own_history_limit() -> None:
+    calls.clear()
+    async with Engine("memory://", workflows=[short_leash]) as engine:
+        with pytest.raises(WorkflowFailedError) as failed:
+            await (await engine.start(short_leash)).result(timeout=10)
+        assert failed.value.error_type == "HistoryLimitError"
+    assert calls["tick"] == 10
+
+
+def test_a_workflow_history_limit_must_be_a_positive_int() -> None:
+    for bad in (0, -5, 1.5):
+        with pytest.raises(DefinitionError, match="max_history_steps"):
+            workflow(max_history_steps=bad)  # type: ignore[arg-type]

@@ -234,7 +234,7 @@ class Run:
             raise operations.not_in_workflow_task(task.get_name() if task else "(no task)")
         self.check_alive()
         self._next_step += 1
-        limit = self.services.max_history_steps
+        limit = self.definition.max_history_steps or self.services.max_history_steps
         if self._next_step > limit:
             self.fatal = HistoryLimitError(
                 f"workflow {self.id!r} took more than {limit} steps in one run; a loop that "
@@ -789,7 +789,7 @@ class Run:
 
     async def _drive_once(self, make_context: Callable[[Run], Any]) -> None:
         try:
-            limit = self.services.max_history_steps
+            limit = self.definition.max_history_steps or self.services.max_history_steps
             if self.journal and max(self.journal) > limit:  # a run recorded under a higher limit
                 self._next_step = max(self.journal)
                 self.alloc_step()  # raises HistoryLimitError: fails it without replaying
