@@ -389,14 +389,12 @@ def _check_context_parameter(f: Callable[..., Any], first: inspect.Parameter) ->
         hint = typing.get_type_hints(f).get(first.name, Any)
     except Exception:
         return
-    from pyweft.engine.context import WorkflowContext  # the engine imports this module
-
     origin = typing.get_origin(hint) or hint
     if (
         isinstance(origin, type)
         and hint is not Any
-        and not issubclass(WorkflowContext, origin)
-        and not issubclass(origin, WorkflowContext)
+        and origin is not object  # WorkflowContext's only base
+        and not _is_workflow_context(origin)
         and not getattr(origin, "_is_protocol", False)
     ):
         raise DefinitionError(
@@ -405,6 +403,15 @@ def _check_context_parameter(f: Callable[..., Any], first: inspect.Parameter) ->
             f"the WorkflowContext; write `async def {f.__name__}(ctx: WorkflowContext, "
             f"{first.name}: ...)`"
         )
+
+
+def _is_workflow_context(cls: type) -> bool:
+    """``cls`` is WorkflowContext or a subclass (by name: the engine imports this module,
+    so importing the engine's context here would make an import cycle)."""
+    return any(
+        c.__name__ == "WorkflowContext" and c.__module__ == "pyweft.engine.context"
+        for c in cls.__mro__
+    )
 
 
 def parse_retention(value: Mapping[str, Duration]) -> dict[str, float]:
