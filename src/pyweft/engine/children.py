@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
+from pyweft.engine import keys
 from pyweft.engine.operations import operation
 from pyweft.engine.records import ErrorInfo, PendingStep, StepRecord
-from pyweft.engine.run import Run
+from pyweft.engine.run import Run, Superseded
 from pyweft.errors import ChildWorkflowError, NestingLimitError, WorkflowAlreadyExistsError
 
 MAX_DEPTH = 10
@@ -50,7 +51,7 @@ async def child_step(
                 f"{MAX_DEPTH} levels deep",
                 workflow_id=run.id,
             )
-        cid = child_id or f"{run.id}/{step}"
+        cid = child_id or default_child_id(run, step)
         ops, conds, launch = await host.child_create(run, definition, args, cid, policy)
         pend = PendingStep(
             step=step,
@@ -70,10 +71,7 @@ async def child_step(
                 await asyncio.shield(_cancel_if_created(host, creating, cid))
             raise
         if not created:
-            raise WorkflowAlreadyExistsError(
-                f"cannot start child {cid!r}: a run with that id already exists",
-                workflow_id=cid,
-            )
+            await _record_collision(run, step, definition.name, cid)
         launch()
     cid = pend.ref or ""
     if policy != "await":
@@ -133,8 +131,49 @@ async def _cancel_if_created(host: Any, creating: asyncio.Future[bool], child_id
         await host.cancel_child(child_id)
 
 
+def default_child_id(run: Run, step: int) -> str:
+    """``{parent id}/{step}`` in generation 0 (the form runs already stored use), and
+    ``{parent id}/g{generation}/{step}`` after ``continue_as_new``, whose steps count
+    from 1 again."""
+    generation = run.state.generation
+    return f"{run.id}/{step}" if generation == 0 else f"{run.id}/g{generation}/{step}"
+
+
+async def _record_collision(run: Run, step: int, name: str, child_id: str) -> NoReturn:
+    """Journal a start that found its id taken, then raise it: replay raises the same
+    error at this step and creates nothing, even once that id is free again."""
+    if await run.services.storage.get(keys.wf(child_id)) is None:
+        # Another condition of the create batch failed (a claim changed hands): nothing
+        # is decided yet, so the run is replayed rather than told a collision.
+        raise Superseded()
+    now = run.services.clock.now()
+    error = _collision(child_id)
+    await run.commit_step(
+        StepRecord(
+            step=step,
+            kind="child",
+            name=name,
+            ok=False,
+            started_at=now,
+            finished_at=now,
+            error=ErrorInfo(type=error.code, message=child_id, code=error.code),
+        )
+    )
+    raise error
+
+
+def _collision(child_id: str) -> WorkflowAlreadyExistsError:
+    return WorkflowAlreadyExistsError(
+        f"cannot start child {child_id!r}: a run with that id already exists; give the "
+        "child another id, or catch WorkflowAlreadyExistsError",
+        workflow_id=child_id,
+    )
+
+
 def _outcome(run: Run, rec: StepRecord, result_type: object, policy: str) -> Any:
     codec = run.services.codec
+    if not rec.ok and rec.error is not None and rec.error.code == "WorkflowAlreadyExistsError":
+        raise _collision(rec.error.message)
     if rec.ok:
         if policy != "await":
             return codec.decode(rec.value or b"\xa0")

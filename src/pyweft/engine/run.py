@@ -202,6 +202,9 @@ class Run:
         self.staged: dict[str, Op] = {}
         self.version_pins: dict[str, int] = dict(version_pins or {})
         self.has_children = False
+        # Answers given with respond() and still being written: the run ends only after
+        # them, so a crash can never leave a finished run without an answer it gave.
+        self.answering: set[asyncio.Task[None]] = set()
         self.attributes: dict[str, Any] = dict(attributes or {})
         # ctx.now(): the time the latest step the workflow saw was recorded; replay-stable.
         self.logical_now = state.generation_started_at or state.created_at
@@ -697,7 +700,7 @@ class Run:
         """End this run's history and start it again, same id, with ``args``."""
         from pyweft.codec import encode_args
 
-        self._refuse_if_torn_down()
+        await self.answers_written()
         payload = encode_args(self.services.codec, args)
         if len(payload) > self.services.max_payload_bytes:
             raise payload_size_error(
@@ -710,16 +713,21 @@ class Run:
             Delete(key=k) for k, _ in rows if keys.belongs_to_run(k, prefix) and k not in keep
         ]
         now = self.services.clock.now()
-        new = msgspec.structs.replace(
-            self.state,
-            args=payload,
-            generation=self.state.generation + 1,
-            generation_started_at=now,
-            updated_at=now,
-        )
         async with self._lock:
+            # A cancel the old generation consumed is gone for good; one it never saw (it
+            # came after its last step) is the new generation's to take.
+            carry_cancel = self.cancel_requested and not self.cancel_delivered
+            new = msgspec.structs.replace(
+                self.state,
+                args=payload,
+                generation=self.state.generation + 1,
+                generation_started_at=now,
+                updated_at=now,
+                cancel_requested=carry_cancel,
+            )
             staged, self.staged = self.staged, {}
             await self._write_state_locked(new, [*deletes, *staged.values()])
+            self.cancel_requested, self.cancel_delivered = carry_cancel, False
         self.journal, self.pendings, self._open_pendings = {}, {}, set()
         self.recorded_updates, self.update_index, self.version_pins = {}, {}, {}
         self.query_handlers, self.update_handlers = {}, {}
@@ -773,10 +781,19 @@ class Run:
                 raise  # an engine failure, never the workflow's outcome: drive() tears down
             await self.finish("failed", error=records.error_info(self.fatal or exc))
 
+    async def answers_written(self) -> None:
+        """Wait until every answer given with respond() is stored (the run is torn down
+        if one could not be: replay gives it again), then check the run is still ours."""
+        while self.answering:
+            writing = list(self.answering)
+            await asyncio.gather(*writing, return_exceptions=True)
+            self.answering.difference_update(writing)
+        self._refuse_if_torn_down()
+
     async def finish(
         self, status: str, *, result: bytes | None = None, error: ErrorInfo | None = None
     ) -> None:
-        self._refuse_if_torn_down()
+        await self.answers_written()
         async with self._lock:
             old = self.state
             now = self.services.clock.now()
