@@ -15,12 +15,16 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from pyweft import Engine, WorkflowContext, WorkflowNotFoundError, workflow
 from pyweft.engine import keys, records
 from pyweft.storage.base import Expect, Op, Put, Storage
 from pyweft.storage.factory import open_storage
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from support.poll import eventually
 
 PARENT_KEY = keys.wf("p")
 # The test reopens the store as the same engine, which takes the dead one's claims back
@@ -70,9 +74,12 @@ class DieAfterParentEnds:
 
     def _die_if_parent_ended(self, ops: Sequence[Op]) -> None:
         for op in ops:
-            if isinstance(op, Put) and op.key == PARENT_KEY:
-                if records.decode_state(op.value).status in records.TERMINAL_STATUSES:
-                    os.kill(os.getpid(), signal.SIGKILL)
+            if (
+                isinstance(op, Put)
+                and op.key == PARENT_KEY
+                and records.decode_state(op.value).status in records.TERMINAL_STATUSES
+            ):
+                os.kill(os.getpid(), signal.SIGKILL)
 
 
 async def main(url: str, policy: str) -> None:
@@ -84,8 +91,7 @@ async def main(url: str, policy: str) -> None:
     ) as engine:
         handle = await engine.start(parent, policy, id="p")
         if policy == "await":
-            while not await _child_asleep(engine):
-                await asyncio.sleep(0.01)
+            await eventually(lambda: _child_asleep(engine), timeout=30, what="child asleep")
             await handle.cancel()
         await handle.result(timeout=30)
     raise SystemExit("the parent ended but the worker was not killed")

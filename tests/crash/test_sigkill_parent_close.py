@@ -9,6 +9,7 @@ instant the parent's end is stored; a fresh engine must then cancel the child.
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import subprocess
 import sys
@@ -37,7 +38,8 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 async def test_a_child_is_cancelled_after_a_sigkill_right_after_its_parent_ended(
     store: str, policy: str
 ) -> None:
-    worker = subprocess.run(
+    worker = await asyncio.to_thread(
+        subprocess.run,
         [sys.executable, str(WORKER), store, policy],
         capture_output=True,
         timeout=60,
