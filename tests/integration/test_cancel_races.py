@@ -21,6 +21,7 @@ from pyweft import (
     VirtualClock,
     WorkflowCancelledError,
     WorkflowContext,
+    WorkflowNotFoundError,
     WorkflowTimeoutError,
     activity,
     workflow,
@@ -63,6 +64,20 @@ async def _status(engine: Engine, workflow_id: str) -> str:
 
 async def _all_status(engine: Engine, ids: Sequence[str], status: str) -> bool:
     return all([await _status(engine, i) == status for i in ids])
+
+
+async def _asleep(engine: Engine, workflow_id: str) -> bool:
+    """The run exists and its sleep (step 1) is open."""
+    try:
+        steps = (await engine.history(workflow_id)).steps
+    except WorkflowNotFoundError:
+        return False
+    return bool(steps) and steps[0].status == "open"
+
+
+def _grace_armed(engine: Engine, workflow_id: str) -> bool:
+    run = engine._core.runs.get(workflow_id)
+    return run is not None and run.shield is not None and run.shield.expires_at is not None
 
 
 CHILDREN = ("p/1", "p/2", "p/3")
@@ -139,7 +154,7 @@ async def test_cancelling_a_suspended_parent_cancels_the_child_it_awaits(
 ) -> None:
     async with backend.engine(workflows=[waiting_parent, napper]) as engine:
         await engine.start(waiting_parent, id="p")
-        await eventually(lambda: backend.clock.pending_timers() == 1, what="child asleep")
+        await eventually(lambda: _asleep(engine, "kid"), what="child asleep")
         await engine.suspend("p")
         await engine.cancel("p")
         assert await _status(engine, "p") == "cancelled"
@@ -232,7 +247,7 @@ async def test_compensations_stop_when_the_grace_period_after_a_cancel_runs_out(
         handle = await engine.start(trip, id="t")
         await eventually(lambda: "releasing b3" in released, what="release(b3) running")
         await handle.cancel()
-        await eventually(lambda: backend.clock.pending_timers() == 1, what="grace armed")
+        await eventually(lambda: _grace_armed(engine, "t"), what="grace period armed")
         backend.clock.advance(299)
         assert await _status(engine, "t") == "running"
         backend.clock.advance(1)
