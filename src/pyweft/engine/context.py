@@ -389,7 +389,8 @@ class WorkflowContext:
         returned, or its failure raised as :class:`~pyweft.ChildWorkflowError`.
         ``"abandon"`` and ``"request_cancel"`` return the child's id at once;
         ``"request_cancel"`` (and ``"await"``) children still running when the
-        parent ends are asked to cancel. The default id is ``"{parent id}/{step}"``.
+        parent ends are asked to cancel. The default id is ``"{parent id}/{step}"``
+        (``"{parent id}/g{generation}/{step}"`` after ``continue_as_new``).
         """
         if parent_close_policy not in children.POLICIES:
             raise InvalidArgumentError(

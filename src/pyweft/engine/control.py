@@ -113,6 +113,7 @@ async def cancel(core: EngineCore, workflow_id: str) -> None:
     )
     if new is not None:
         core.emit("cancelled", new)
+        await core.close_children(workflow_id)  # the requests are stored; tell ours now
 
 
 async def suspend(core: EngineCore, workflow_id: str) -> None:

@@ -567,23 +567,25 @@ class EngineCore:
                 taken += 1
         return taken
 
-    async def close_children(self, parent: Run) -> None:
-        """Ask still-running children with the await/request_cancel policy to cancel."""
-        from pyweft.engine import control
+    async def close_children(self, parent_id: str, asked: list[str] | None = None) -> None:
+        """Deliver the cancel requests a parent's terminal commit wrote to its children
+        (``asked``; by default every running child asked to cancel) to those driven
+        here, now. The stored requests and wake-up markers are what makes them durable:
+        children driven elsewhere, or by nobody yet, get them from those."""
+        from pyweft.engine.wakeups import wake
 
-        rows = await self.storage.scan(f"ix:p:{keys.enc(parent.id)}:")
-        for key, _ in rows:
-            child_id = keys.id_from_index_key(key)
-            raw = await self.storage.get(keys.wf(child_id))
-            if raw is None:
-                continue
-            child = records.decode_state(raw)
-            if child.status in TERMINAL_STATUSES or child.parent_close_policy == "abandon":
-                continue
+        if asked is None:
+            asked = []
+            for key, _ in await self.storage.scan(f"ix:p:{keys.enc(parent_id)}:"):
+                asked.append(keys.id_from_index_key(key))
+        for child_id in asked:
             try:
-                await control.cancel(self, child_id)
+                if self.residency.holds(child_id):
+                    self.residency.wake(child_id)  # evicted: its replay reads the request
+                elif (child := self.runs.get(child_id)) is not None:
+                    await wake(self, child)
             except Exception:
-                log.exception("could not cancel child %s of %s", child_id, parent.id)
+                log.exception("could not wake child %s of %s", child_id, parent_id)
 
 
 def create_ops(state: WorkflowState, raw: bytes) -> tuple[list[Op], list[Expect]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import msgspec
 
 from pyweft.engine import keys, records
+from pyweft.engine.children import close_plan
 from pyweft.engine.commit import Committer
 from pyweft.engine.records import WorkflowState
 from pyweft.engine.run import status_change_ops
@@ -38,7 +39,9 @@ async def transition(
     record changes under it. ``wake`` also leaves a wake-up for the engine that
     may be driving the run in another process; ``rotate_claim`` takes the run
     away from its owner under ``ownership="workflow-lease"``; ``extra_ops`` and
-    ``extra_conds`` ride in the same batch (e.g. taking a claim).
+    ``extra_conds`` ride in the same batch (e.g. taking a claim). A move to a
+    finished status carries out the run's parent-close policies in the same batch
+    (see :class:`~pyweft.engine.children.ClosePlan`).
     """
     while True:
         raw = await storage.get(keys.wf(workflow_id))
@@ -54,10 +57,14 @@ async def transition(
         ops += status_change_ops(state, new)
         if wake:
             ops.append(Put(key=keys.wake(workflow_id), value=keys.wake_value()))
+        conds = [Expect(key=keys.wf(workflow_id), value=raw), *(extra_conds or ())]
         if new.status in records.TERMINAL_STATUSES:
             for key, _ in await storage.scan(keys.wf(workflow_id) + ":p:"):
                 ops.append(Delete(key=key))
-        conds = [Expect(key=keys.wf(workflow_id), value=raw), *(extra_conds or ())]
+            # Its children's close policies land with its end (a changed child: retry).
+            plan = await close_plan(storage, workflow_id, now)
+            ops += plan.ops
+            conds += plan.conditions
         ops += extra_ops or ()
         if rotate_claim:
             from pyweft.engine.ownership.claims import rotation_ops

@@ -51,6 +51,8 @@ from pyweft.errors import (
 from pyweft.storage.base import Delete, Expect, Op, Put, Storage
 
 if TYPE_CHECKING:
+    from pyweft.engine.children import ClosePlan
+    from pyweft.engine.saga import CompensationShield
     from pyweft.engine.updates import UpdateHandler
 
 T = TypeVar("T")
@@ -75,7 +77,7 @@ class ChildHost(Protocol):
 
     async def cancel_child(self, workflow_id: str) -> None: ...
 
-    async def close_children(self, parent: Run) -> None: ...
+    async def close_children(self, parent_id: str, asked: list[str] | None = None) -> None: ...
 
 
 @dataclass(slots=True)
@@ -152,6 +154,8 @@ class Run:
     """Bumped by every notify(). A wait reads it before it looks, and changed(since=...)
     returns at once if it moved, so news between the look and the park is not missed."""
     _parked: dict[asyncio.Future[None], float | None] | None = None
+    # Set while a saga compensates: cancels and the execution timeout wait for its grace.
+    shield: CompensationShield | None = None
 
     def __init__(
         self,
@@ -209,6 +213,9 @@ class Run:
         self.staged: dict[str, Op] = {}
         self.version_pins: dict[str, int] = dict(version_pins or {})
         self.has_children = False
+        # Answers given with respond() and still being written: the run ends only after
+        # them, so a crash can never leave a finished run without an answer it gave.
+        self.answering: set[asyncio.Task[None]] = set()
         self.attributes: dict[str, Any] = dict(attributes or {})
         # ctx.now(): the time the latest step the workflow saw was recorded; replay-stable.
         self.logical_now = state.generation_started_at or state.created_at
@@ -338,15 +345,32 @@ class Run:
         if self.fatal is not None:
             raise RunEnding(self.fatal)
         self.check_alive()
-        if self.terminating is not None:
-            raise asyncio.CancelledError()
-        if self.cancel_requested and not self.cancel_delivered:
-            self.cancel_delivered = True
+        if self.interruption_due():
             raise asyncio.CancelledError()
         if self.updates_dirty and self.update_handlers:
             from pyweft.engine.updates import process_updates
 
             await process_updates(self)
+
+    def interruption_due(self) -> bool:
+        """True when a step starting now must raise ``CancelledError``: the execution
+        timeout passed, or a cancel request has not been delivered yet (it is, now).
+
+        A step in a branch of ``ctx.all``/``ctx.race`` also cancels the workflow's own
+        task, which awaits the fan-out: every sibling branch is interrupted with it
+        (sleeps disarmed, children asked to cancel), not only the one that looked.
+        While a saga compensates (``shield``), both wait for its grace period.
+        """
+        if self.terminating is None and (not self.cancel_requested or self.cancel_delivered):
+            return False
+        if self.shield is not None and self.shield.holds(self.services.clock.now()):
+            return False
+        if self.terminating is None:
+            self.cancel_delivered = True
+        task = self.task
+        if task is not None and task is not asyncio.current_task() and not task.done():
+            task.cancel()
+        return True
 
     def take_pending(self, step: int, kind: str, name: str) -> PendingStep | None:
         pend = self.pendings.pop(step, None)
@@ -368,10 +392,7 @@ class Run:
             # A cancel that arrived while this step was still recording its progress
             # (not yet waiting, so not interruptible) is delivered now, before the wait.
             self.check_alive()
-            if self.terminating is not None:
-                raise asyncio.CancelledError()
-            if self.cancel_requested and not self.cancel_delivered:
-                self.cancel_delivered = True
+            if self.interruption_due():
                 raise asyncio.CancelledError()
         except BaseException:
             if asyncio.iscoroutine(aw):
@@ -756,7 +777,7 @@ class Run:
         """End this run's history and start it again, same id, with ``args``."""
         from pyweft.codec import encode_args
 
-        self._refuse_if_torn_down()
+        await self.answers_written()
         payload = encode_args(self.services.codec, args)
         if len(payload) > self.services.max_payload_bytes:
             raise payload_size_error(
@@ -769,16 +790,21 @@ class Run:
             Delete(key=k) for k, _ in rows if keys.belongs_to_run(k, prefix) and k not in keep
         ]
         now = self.services.clock.now()
-        new = msgspec.structs.replace(
-            self.state,
-            args=payload,
-            generation=self.state.generation + 1,
-            generation_started_at=now,
-            updated_at=now,
-        )
         async with self._lock:
+            # A cancel the old generation consumed is gone for good; one it never saw (it
+            # came after its last step) is the new generation's to take.
+            carry_cancel = self.cancel_requested and not self.cancel_delivered
+            new = msgspec.structs.replace(
+                self.state,
+                args=payload,
+                generation=self.state.generation + 1,
+                generation_started_at=now,
+                updated_at=now,
+                cancel_requested=carry_cancel,
+            )
             staged, self.staged = self.staged, {}
             await self._write_state_locked(new, [*deletes, *staged.values()])
+            self.cancel_requested, self.cancel_delivered = carry_cancel, False
         self.journal, self.pendings, self._open_pendings = {}, {}, set()
         self.recorded_updates, self.update_index, self.version_pins = {}, {}, {}
         self.query_handlers, self.update_handlers = {}, {}
@@ -832,17 +858,50 @@ class Run:
                 raise  # an engine failure, never the workflow's outcome: drive() tears down
             await self.finish("failed", error=records.error_info(self.fatal or exc))
 
+    async def answers_written(self) -> None:
+        """Wait until every answer given with respond() is stored (the run is torn down
+        if one could not be: replay gives it again), then check the run is still ours."""
+        while self.answering:
+            writing = list(self.answering)
+            await asyncio.gather(*writing, return_exceptions=True)
+            self.answering.difference_update(writing)
+        self._refuse_if_torn_down()
+
     async def finish(
         self, status: str, *, result: bytes | None = None, error: ErrorInfo | None = None
     ) -> None:
-        self._refuse_if_torn_down()
+        """Commit the run's end, with its children's close policies in the same batch."""
+        await self.answers_written()
+        host = self.services.children
+        while True:
+            plan = None
+            if self.has_children and host is not None:
+                from pyweft.engine.children import close_plan
+
+                plan = await close_plan(self.services.storage, self.id, self.services.clock.now())
+            if await self._commit_end(status, result, error, plan):
+                break
+        self.emit(status)  # type: ignore[arg-type]
+        if plan is not None and plan.asked and host is not None:
+            await host.close_children(self.id, plan.asked)
+
+    async def _commit_end(
+        self,
+        status: str,
+        result: bytes | None,
+        error: ErrorInfo | None,
+        plan: ClosePlan | None,
+    ) -> bool:
+        """Write the terminal state. ``False`` if a child changed since ``plan`` was read."""
         async with self._lock:
             old = self.state
             now = self.services.clock.now()
             new = msgspec.structs.replace(
                 old, status=status, result=result, error=error, updated_at=now, ended_at=now
             )
-            ops: list[Op] = [Delete(key=keys.wake(self.id))]
+            raw = records.encode(new)
+            ops: list[Op] = [Put(key=keys.wf(self.id), value=raw), Delete(key=keys.wake(self.id))]
+            ops += status_change_ops(old, new)
             claims = self.services.claims
             if claims is not None:
                 ops += claims.release_ops(self.id)
@@ -850,13 +909,22 @@ class Run:
                 ops.append(Delete(key=keys.pending(self.id, step)))
             staged, self.staged = self.staged, {}
             ops += staged.values()
-            await self._write_state_locked(new, ops)
+            conditions = [Expect(key=keys.wf(self.id), value=self.state_raw)]
+            if plan is not None:
+                ops += plan.ops
+                conditions += plan.conditions
+            if not await self.services.committer.commit(ops, conditions, workflow_id=self.id):
+                self.staged = {**staged, **self.staged}
+                if plan is None or not plan.conditions:
+                    raise Superseded()
+                if await self.services.storage.get(keys.wf(self.id)) != self.state_raw:
+                    raise Superseded()
+                return False  # a child moved on meanwhile: read the children again
+            self.state, self.state_raw = new, raw
             self._open_pendings.clear()
             if claims is not None:
                 claims.forget(self.id)
-        self.emit(status)  # type: ignore[arg-type]
-        if self.has_children and self.services.children is not None:
-            await self.services.children.close_children(self)
+        return True
 
 
 def status_change_ops(old: WorkflowState, new: WorkflowState) -> list[Op]:

@@ -17,6 +17,7 @@ by update id.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import uuid
@@ -231,7 +232,8 @@ class UpdateRequestHandle:
     _responded: bool = field(default=False, repr=False)
 
     def respond(self, value: Any = None) -> asyncio.Task[None]:
-        """Answer the caller. The answer is written at once; awaiting the task is optional."""
+        """Answer the caller. The answer is written at once; awaiting the task is optional:
+        the run does not end (or continue as new) before the answer is stored."""
         if self._responded:
             raise WorkflowUsageError(f"update {self.update_id!r} was already answered")
         self._responded = True
@@ -244,7 +246,18 @@ class UpdateRequestHandle:
             value=run.encode_result(value, f"answer to update {self.name!r}"),
             name=self.name,
         )
-        return asyncio.get_running_loop().create_task(_write_response(run, response))
+        task = asyncio.get_running_loop().create_task(_write_response(run, response))
+        run.answering.add(task)
+        task.add_done_callback(functools.partial(_answer_written, run))
+        return task
+
+
+def _answer_written(run: Run, task: asyncio.Task[None]) -> None:
+    run.answering.discard(task)
+    # A failed write has torn the run down (its replay answers again), which the run's
+    # finish() sees: the task's error counts as seen even if nobody awaits the task.
+    if not task.cancelled():
+        task.exception()
 
 
 @guarded
