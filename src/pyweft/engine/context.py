@@ -39,7 +39,7 @@ from pyweft.engine import (
 )
 from pyweft.engine.info import RunInfo, to_datetime
 from pyweft.engine.reviews import Escalation, ReviewDecision
-from pyweft.engine.run import Run
+from pyweft.engine.run import ContinueAsNew, Run
 from pyweft.engine.saga import Saga
 from pyweft.engine.updates import UpdateRequestHandle
 from pyweft.errors import (
@@ -441,7 +441,7 @@ class WorkflowContext:
 
     async def continue_as_new(self, *args: Any) -> NoReturn:
         """End this run's history and start over with ``args``: same id, empty journal."""
-        raise recorded.ContinueAsNew(args)
+        raise ContinueAsNew(args)
 
     def set_attributes(self, values: dict[str, Any]) -> None:
         """Set search attributes (``None`` removes one); written with the next commit."""

@@ -5,12 +5,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from pyweft.engine import lifecycle, quarantine
-from pyweft.engine.core import EngineCore
 from pyweft.engine.records import TERMINAL_STATUSES, ErrorInfo
 from pyweft.engine.recovery import ids_with_status
 from pyweft.engine.run import Superseded
@@ -21,6 +20,9 @@ from pyweft.errors import (
     ResultTimeoutError,
     WorkflowTerminalError,
 )
+
+if TYPE_CHECKING:
+    from pyweft.engine.core import EngineCore
 
 log = logging.getLogger("pyweft.engine")
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 from pyweft.clock import Clock, TimerHandle
 from pyweft.codec import PayloadCodec, encode_args, payload_size_error
 from pyweft.definitions import ActivityDefinition, WorkflowDefinition, workflow_definition_of
-from pyweft.engine import keys, lifecycle, quarantine, records
+from pyweft.engine import children, keys, lifecycle, quarantine, records
+from pyweft.engine.children import ClosePlan
 from pyweft.engine.commit import Committer
 from pyweft.engine.context import WorkflowContext
 from pyweft.engine.events import EventBus, WorkflowEvent
@@ -80,6 +81,8 @@ class EngineCore:
         self.blocked_here: set[str] = set()  # blocked runs this code was seen drifting on
         self.left_alone: set[str] = set()  # runs logged as not drivable here
         self.other_versions: set[tuple[str, str]] = set()  # (index key, our version)
+        # control.cancel, handed over by Engine at open (the core does not import control).
+        self.cancel_run: Callable[[str], Awaitable[None]] = _no_cancel
 
     # --- notifications from the store -------------------------------------------------
 
@@ -466,6 +469,9 @@ class EngineCore:
 
     # --- child workflows (the ChildHost protocol of runs) -------------------------------
 
+    async def close_plan(self, parent_id: str, now: float) -> ClosePlan:
+        return await children.close_plan(self.storage, parent_id, now)
+
     def child_definition(self, wf: Callable[..., Any] | str) -> WorkflowDefinition:
         return self.definition(wf)
 
@@ -530,10 +536,8 @@ class EngineCore:
             delay = min(delay * 2, self.poll_interval)
 
     async def cancel_child(self, workflow_id: str) -> None:
-        from pyweft.engine import control
-
         try:
-            await control.cancel(self, workflow_id)
+            await self.cancel_run(workflow_id)
         except Exception:
             log.exception("could not cancel child %s", workflow_id)
 
@@ -586,6 +590,10 @@ class EngineCore:
                     await wake(self, child)
             except Exception:
                 log.exception("could not wake child %s of %s", child_id, parent_id)
+
+
+async def _no_cancel(workflow_id: str) -> None:
+    raise RuntimeError(f"cannot cancel {workflow_id!r}: the engine is not open")
 
 
 def create_ops(state: WorkflowState, raw: bytes) -> tuple[list[Op], list[Expect]]:

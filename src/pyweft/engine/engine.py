@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -67,6 +68,7 @@ from pyweft.engine.reviews import ReviewDesk, ReviewInfo
 from pyweft.engine.run import RunServices
 from pyweft.engine.signals import SignalSender
 from pyweft.engine.stats import EngineStats
+from pyweft.engine.updates import HOOKS as UPDATE_HOOKS
 from pyweft.engine.updates import OMITTED, UpdateClient
 from pyweft.engine.visibility import Group, History
 from pyweft.engine.wakeups import WakeupPoller
@@ -484,6 +486,7 @@ class Engine:
         self._executor = ThreadPoolExecutor(
             max_workers=self._activity_threads, thread_name_prefix="pyweft-activity"
         )
+        core.cancel_run = functools.partial(control.cancel, core)
         core.services = RunServices(
             storage=core.storage,
             committer=core.committer,
@@ -496,6 +499,7 @@ class Engine:
             events=core.events,
             poll_interval=core.poll_interval,
             children=core,
+            updates=UPDATE_HOOKS,
             claims=core.claims,
             on_idle=core.residency.idle,
             on_nondeterminism=core.on_nondeterminism,

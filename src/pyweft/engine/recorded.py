@@ -78,11 +78,3 @@ def get_version(run: Run, change_id: str, min_supported: int, max_supported: int
             )
         )
     return pinned
-
-
-class ContinueAsNew(BaseException):
-    """Raised by ``ctx.continue_as_new``; the run restarts with these arguments."""
-
-    def __init__(self, args: tuple[Any, ...]) -> None:
-        super().__init__()
-        self.args_ = args

@@ -79,6 +79,25 @@ class ChildHost(Protocol):
 
     async def close_children(self, parent_id: str, asked: list[str] | None = None) -> None: ...
 
+    async def close_plan(self, parent_id: str, now: float) -> ClosePlan: ...
+
+
+class UpdateHooks(Protocol):
+    """How a run applies update requests: the message layer hands these to the run, so
+    the run does not import the update handlers."""
+
+    async def process(self, run: Run) -> None: ...
+
+    def reapply(self, run: Run, applied: AppliedUpdate) -> None: ...
+
+
+class ContinueAsNew(BaseException):
+    """Raised by ``ctx.continue_as_new``; the run restarts with these arguments."""
+
+    def __init__(self, args: tuple[Any, ...]) -> None:
+        super().__init__()
+        self.args_ = args
+
 
 @dataclass(slots=True)
 class RunServices:
@@ -95,6 +114,7 @@ class RunServices:
     poll_interval: float = 1.0
     on_update_response: Callable[[UpdateResponse], None] = lambda _: None
     children: ChildHost | None = None
+    updates: UpdateHooks | None = None  # set by the engine; runs without it take no updates
     claims: Any = None  # ClaimRegistry under ownership="workflow-lease"
     max_history_steps: int = 100_000
     large_payload_bytes: int = 256 * 1024  # a step result past this is worth a warning
@@ -281,11 +301,11 @@ class Run:
         return rec
 
     def _reapply_updates(self, step: int) -> None:
-        from pyweft.engine.updates import reapply
-
+        hooks = self.services.updates
         for boundary in sorted(b for b in self.recorded_updates if b <= step):
             for applied in self.recorded_updates.pop(boundary):
-                reapply(self, applied)
+                if hooks is not None:
+                    hooks.reapply(self, applied)
 
     def nondeterminism(self, step: int, recorded: str, requested: str) -> NoReturn:
         self.code_drift(
@@ -347,10 +367,8 @@ class Run:
         self.check_alive()
         if self.interruption_due():
             raise asyncio.CancelledError()
-        if self.updates_dirty and self.update_handlers:
-            from pyweft.engine.updates import process_updates
-
-            await process_updates(self)
+        if self.updates_dirty and self.update_handlers and self.services.updates is not None:
+            await self.services.updates.process(self)
 
     def interruption_due(self) -> bool:
         """True when a step starting now must raise ``CancelledError``: the execution
@@ -459,10 +477,8 @@ class Run:
             await self._process_updates()
 
     async def _process_updates(self) -> None:
-        if not self.replaying:
-            from pyweft.engine.updates import process_updates
-
-            await process_updates(self)
+        if not self.replaying and self.services.updates is not None:
+            await self.services.updates.process(self)
 
     @property
     def idle(self) -> bool:
@@ -764,8 +780,6 @@ class Run:
                 self._timeout_handle.cancel()
 
     async def _drive(self, make_context: Callable[[Run], Any]) -> None:
-        from pyweft.engine.recorded import ContinueAsNew
-
         while True:
             try:
                 await self._drive_once(make_context)
@@ -876,9 +890,7 @@ class Run:
         while True:
             plan = None
             if self.has_children and host is not None:
-                from pyweft.engine.children import close_plan
-
-                plan = await close_plan(self.services.storage, self.id, self.services.clock.now())
+                plan = await host.close_plan(self.id, self.services.clock.now())
             if await self._commit_end(status, result, error, plan):
                 break
         self.emit(status)  # type: ignore[arg-type]

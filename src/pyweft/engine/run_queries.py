@@ -22,11 +22,10 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyweft.codec import call_types, decode_args, encode_args, payload_size_error
 from pyweft.engine import keys, records
-from pyweft.engine.core import EngineCore
 from pyweft.engine.records import ErrorInfo, QueryRequest, QueryResponse
 from pyweft.engine.run import Run
 from pyweft.engine.signals import check_name
@@ -37,6 +36,9 @@ from pyweft.errors import (
     WorkflowTerminalError,
 )
 from pyweft.storage.base import Delete, Expect, Op, Put
+
+if TYPE_CHECKING:
+    from pyweft.engine.core import EngineCore
 
 log = logging.getLogger("pyweft.queries")
 

@@ -555,3 +555,16 @@ def _discard(
         if not bucket:
             waiters.pop(update_id, None)
     fut.cancel()
+
+
+class _Hooks:
+    """The ``UpdateHooks`` the engine hands its runs (``RunServices.updates``)."""
+
+    async def process(self, run: Run) -> None:
+        await process_updates(run)
+
+    def reapply(self, run: Run, applied: AppliedUpdate) -> None:
+        reapply(run, applied)
+
+
+HOOKS = _Hooks()

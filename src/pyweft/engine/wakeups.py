@@ -18,13 +18,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import TYPE_CHECKING
 
 from pyweft.engine import keys, quarantine, records, run_queries
 from pyweft.engine.commit import WAKE_TOPIC
-from pyweft.engine.core import EngineCore
 from pyweft.engine.run import Run
 from pyweft.errors import CorruptRecordError
 from pyweft.storage.base import Delete, Expect, Unlisten
+
+if TYPE_CHECKING:
+    from pyweft.engine.core import EngineCore
 
 log = logging.getLogger("pyweft.wakeups")
 
