@@ -12,19 +12,19 @@ from pyweft.clock import Clock, SystemClock, VirtualClock
 from pyweft.codec import DefaultPayloadCodec, PayloadCodec
 from pyweft.definitions import RetryPolicy, activity, workflow
 from pyweft.durations import format_duration, parse_duration
-from pyweft.engine.context import WorkflowContext
+from pyweft.engine.composition.saga import Saga
 from pyweft.engine.engine import Engine
-from pyweft.engine.events import WorkflowEvent
 from pyweft.engine.handle import WorkflowHandle
-from pyweft.engine.info import Page, RunInfo, StepInfo, WorkflowInfo
+from pyweft.engine.messages.events import WorkflowEvent
+from pyweft.engine.messages.reviews import Escalation, ReviewDecision, ReviewInfo
+from pyweft.engine.messages.updates import UpdateRequestHandle
 from pyweft.engine.ownership import StoreOwnership
 from pyweft.engine.ownership.lease import LeaseHealth
-from pyweft.engine.records import ErrorInfo
-from pyweft.engine.reviews import Escalation, ReviewDecision, ReviewInfo
-from pyweft.engine.saga import Saga
-from pyweft.engine.stats import EngineStats
-from pyweft.engine.updates import UpdateRequestHandle
-from pyweft.engine.visibility import Group, History, HistoryEvent
+from pyweft.engine.replay.context import WorkflowContext
+from pyweft.engine.replay.info import Page, RunInfo, StepInfo, WorkflowInfo
+from pyweft.engine.replay.records import ErrorInfo
+from pyweft.engine.replay.stats import EngineStats
+from pyweft.engine.visibility.reader import Group, History, HistoryEvent
 from pyweft.errors import (
     ActivityError,
     ActivityNotRegisteredError,

@@ -204,7 +204,7 @@ def _qualname(fn: object) -> str:
 
 
 def _check_name(name: str, what: str) -> str:
-    from pyweft.engine.keys import check_text  # keys imports nothing of ours; no cycle
+    from pyweft.engine.replay.keys import check_text  # keys imports nothing of ours; no cycle
 
     try:
         return check_text(name, f"{what} name", 200)
@@ -409,7 +409,7 @@ def _is_workflow_context(cls: type) -> bool:
     """``cls`` is WorkflowContext or a subclass (by name: the engine imports this module,
     so importing the engine's context here would make an import cycle)."""
     return any(
-        c.__name__ == "WorkflowContext" and c.__module__ == "pyweft.engine.context"
+        c.__name__ == "WorkflowContext" and c.__module__ == "pyweft.engine.replay.context"
         for c in cls.__mro__
     )
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from pyweft import Engine, VirtualClock, WorkflowContext, activity, workflow
-from pyweft.engine import keys, records
-from pyweft.engine.core import create_ops
+from pyweft.engine.control.core import create_ops
+from pyweft.engine.replay import keys, records
 from pyweft.storage.base import Put
 from support.poll import eventually
 

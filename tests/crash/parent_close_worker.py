@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pyweft import Engine, WorkflowContext, WorkflowNotFoundError, workflow
-from pyweft.engine import keys, records
+from pyweft.engine.replay import keys, records
 from pyweft.storage.base import Expect, Op, Put, Storage
 from pyweft.storage.factory import open_storage
 

@@ -628,7 +628,7 @@ async def test_graceful_shutdown_commits_an_activity_result_it_already_has() -> 
     away, and the work is done); pyweft cancels it, so the next engine executes the
     activity again. In the rolling-deploy test above this re-ran 44 completed
     activities in one trial on a loaded machine."""
-    from pyweft.engine import keys
+    from pyweft.engine.replay import keys
 
     store = _SlowRenewals()
     gate = asyncio.Event()

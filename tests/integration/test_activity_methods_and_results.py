@@ -15,7 +15,7 @@ from pyweft import (
     activity,
     workflow,
 )
-from pyweft.engine.activity_scope import ActivityLogFilter, activity_log, current_activity
+from pyweft.engine.steps.activity_scope import ActivityLogFilter, activity_log, current_activity
 from support.backends import Backend
 from support.poll import eventually
 

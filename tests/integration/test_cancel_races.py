@@ -26,7 +26,7 @@ from pyweft import (
     activity,
     workflow,
 )
-from pyweft.engine import keys, records
+from pyweft.engine.replay import keys, records
 from pyweft.storage.base import Op, Put
 from pyweft.testing import FaultyStorage
 from support.backends import Backend

@@ -213,7 +213,7 @@ async def test_a_version_mismatch_blocks_the_old_run_until_its_version_is_back(
 
 
 async def test_blocked_is_a_status_the_list_accepts() -> None:
-    from pyweft.engine.records import ALL_STATUSES, TERMINAL_STATUSES
+    from pyweft.engine.replay.records import ALL_STATUSES, TERMINAL_STATUSES
 
     assert "blocked" in ALL_STATUSES and "blocked" not in TERMINAL_STATUSES
 

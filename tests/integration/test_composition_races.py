@@ -22,7 +22,7 @@ from pyweft import (
     activity,
     workflow,
 )
-from pyweft.engine import keys, records
+from pyweft.engine.replay import keys, records
 from pyweft.storage.base import Op
 from pyweft.testing import FaultyStorage
 from support.backends import Backend

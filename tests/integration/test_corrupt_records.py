@@ -19,8 +19,8 @@ import pytest
 from psycopg import sql
 
 from pyweft import CorruptRecordError, Engine, WorkflowContext, activity, workflow
-from pyweft.engine import records
-from pyweft.engine.info import FAR_FUTURE, FAR_PAST
+from pyweft.engine.replay import records
+from pyweft.engine.replay.info import FAR_FUTURE, FAR_PAST
 from support.backends import Backend, postgres_schema, with_schema
 from support.poll import eventually
 

@@ -482,7 +482,7 @@ async def naps(ctx: WorkflowContext) -> None:
 async def test_history_shows_a_time_stored_by_an_older_version_instead_of_crashing(
     backend: Backend, stored: float
 ) -> None:
-    from pyweft.engine import keys, records
+    from pyweft.engine.replay import keys, records
     from pyweft.storage.base import Put
     from pyweft.storage.factory import open_storage
 

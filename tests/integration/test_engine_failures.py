@@ -31,7 +31,7 @@ from pyweft import (
     activity,
     workflow,
 )
-from pyweft.engine import keys, records
+from pyweft.engine.replay import keys, records
 from pyweft.storage.base import Expect, Op, Put
 from support.poll import eventually
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 
 from pyweft import WorkflowContext, activity, workflow
-from pyweft.engine import keys
+from pyweft.engine.replay import keys
 from support.backends import Backend
 from support.poll import eventually
 

@@ -15,8 +15,8 @@ from pyweft import (
     WorkflowTerminalError,
     workflow,
 )
-from pyweft.engine import keys, records
-from pyweft.engine.records import QueryRequest
+from pyweft.engine.replay import keys, records
+from pyweft.engine.replay.records import QueryRequest
 from pyweft.storage import Put
 from support.backends import Backend
 from support.poll import eventually

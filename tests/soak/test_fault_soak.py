@@ -201,7 +201,7 @@ async def where_it_stands(engine: Engine, run: str) -> str:
     """What a stuck run looks like, for the failure message."""
     history = await engine.history(run)
     steps = ", ".join(f"{s.step}:{s.kind}:{s.name}:{s.status}" for s in history.steps[-6:])
-    from pyweft.engine import keys
+    from pyweft.engine.replay import keys
 
     requests = [k for k, _ in await engine.storage.scan(keys.update_prefix(run))]
     answers = [k for k, _ in await engine.storage.scan(f"upk:{keys.enc(run)}:")]

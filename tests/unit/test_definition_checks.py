@@ -17,8 +17,8 @@ from pyweft import (
     workflow,
 )
 from pyweft.definitions import activity_definition_of
-from pyweft.engine.keys import check_text
-from pyweft.engine.reviews import Escalation
+from pyweft.engine.messages.reviews import Escalation
+from pyweft.engine.replay.keys import check_text
 
 
 @pytest.mark.parametrize("backoff", [math.nan, math.inf, -math.inf, 0.5, True])

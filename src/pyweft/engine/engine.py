@@ -31,19 +31,16 @@ from pyweft.definitions import (
     workflow_definition_of,
 )
 from pyweft.durations import parse_duration, parse_optional_duration
-from pyweft.engine import (
-    control,
-    creation,
-    keys,
-    maintenance,
-    query,
-    run_queries,
-    terminal_events,
-)
-from pyweft.engine.core import EngineCore
-from pyweft.engine.events import WorkflowEvent
+from pyweft.engine.control import commands, creation, maintenance
+from pyweft.engine.control.core import EngineCore
 from pyweft.engine.handle import WorkflowHandle, check_result_type
-from pyweft.engine.info import Page, WorkflowInfo
+from pyweft.engine.messages import run_queries, terminal_events
+from pyweft.engine.messages.events import WorkflowEvent
+from pyweft.engine.messages.reviews import ReviewDesk, ReviewInfo
+from pyweft.engine.messages.signals import SignalSender
+from pyweft.engine.messages.updates import HOOKS as UPDATE_HOOKS
+from pyweft.engine.messages.updates import OMITTED, UpdateClient
+from pyweft.engine.messages.wakeups import WakeupPoller
 from pyweft.engine.ownership import (
     MODES,
     StoreOwnership,
@@ -62,16 +59,14 @@ from pyweft.engine.ownership.identity import (
     new_instance_id,
 )
 from pyweft.engine.ownership.lease import LeaseHealth, LeaseManager
-from pyweft.engine.redrive import Redriver
-from pyweft.engine.residency import DEFAULT_MAX_CACHED_RUNS
-from pyweft.engine.reviews import ReviewDesk, ReviewInfo
-from pyweft.engine.run import RunServices
-from pyweft.engine.signals import SignalSender
-from pyweft.engine.stats import EngineStats
-from pyweft.engine.updates import HOOKS as UPDATE_HOOKS
-from pyweft.engine.updates import OMITTED, UpdateClient
-from pyweft.engine.visibility import Group, History
-from pyweft.engine.wakeups import WakeupPoller
+from pyweft.engine.replay import keys
+from pyweft.engine.replay.info import Page, WorkflowInfo
+from pyweft.engine.replay.redrive import Redriver
+from pyweft.engine.replay.residency import DEFAULT_MAX_CACHED_RUNS
+from pyweft.engine.replay.run import RunServices
+from pyweft.engine.replay.stats import EngineStats
+from pyweft.engine.visibility import query
+from pyweft.engine.visibility.reader import Group, History
 from pyweft.errors import (
     ConfigurationError,
     DefinitionError,
@@ -87,7 +82,7 @@ from pyweft.storage.file_lock import StoreFileLock
 from pyweft.storage.sqlite import SQLiteStorage
 
 if TYPE_CHECKING:
-    from pyweft.engine.context import WorkflowContext
+    from pyweft.engine.replay.context import WorkflowContext
 
 log = logging.getLogger("pyweft.engine")
 
@@ -486,7 +481,7 @@ class Engine:
         self._executor = ThreadPoolExecutor(
             max_workers=self._activity_threads, thread_name_prefix="pyweft-activity"
         )
-        core.cancel_run = functools.partial(control.cancel, core)
+        core.cancel_run = functools.partial(commands.cancel, core)
         core.services = RunServices(
             storage=core.storage,
             committer=core.committer,
@@ -518,7 +513,7 @@ class Engine:
             )
         elif self._recover:
             core.redriver = Redriver(
-                core.resume_run, core.probe_store, lambda: control.recover_all(core)
+                core.resume_run, core.probe_store, lambda: commands.recover_all(core)
             )
         core.state = "open"
         try:
@@ -759,7 +754,7 @@ class Engine:
         ``timeout`` bounds the wait only (seconds, ``timedelta`` or ``"30s"``).
         """
         seconds = parse_optional_duration(timeout, field="timeout")
-        return await control.result(self._core, workflow_id, seconds)
+        return await commands.result(self._core, workflow_id, seconds)
 
     async def cancel(self, workflow_id: str) -> None:
         """Ask a run to stop. The workflow sees ``asyncio.CancelledError`` at its current step.
@@ -767,14 +762,14 @@ class Engine:
         Works for running, pending and suspended runs; cancelling a finished
         run does nothing.
         """
-        await control.cancel(self._core, workflow_id)
+        await commands.cancel(self._core, workflow_id)
 
     async def suspend(self, workflow_id: str) -> None:
         """Pause a run: it keeps its journal, is not recovered, and ``result()`` keeps waiting.
 
         Suspending a suspended or finished run does nothing. ``resume`` continues it.
         """
-        await control.suspend(self._core, workflow_id)
+        await commands.suspend(self._core, workflow_id)
 
     async def resume(self, workflow_id: str) -> None:
         """Continue a suspended run here; also re-drives a ``running`` run nobody drives.
@@ -786,7 +781,7 @@ class Engine:
         Raises :class:`WorkflowTerminalError` for a finished run and
         :class:`InvalidArgumentError` for a pending one (it starts on its own).
         """
-        await control.resume(self._core, workflow_id)
+        await commands.resume(self._core, workflow_id)
 
     async def fail(self, workflow_id: str, reason: str) -> None:
         """End a run that no engine drives (``blocked``, ``suspended`` or ``pending``) as
@@ -795,7 +790,7 @@ class Engine:
         ``"FailedByOperator"``). Raises :class:`WorkflowTerminalError` for a finished
         run and :class:`InvalidArgumentError` for a running one (cancel it instead).
         """
-        await control.fail(self._core, workflow_id, reason)
+        await commands.fail(self._core, workflow_id, reason)
 
     async def recover_all(self) -> int:
         """Resume every stored run that is ``running`` and not already driven here, and
@@ -805,7 +800,7 @@ class Engine:
         not registered are left untouched (and logged) so an engine that has the
         code can run them. Pending (delayed) runs get their start timers.
         """
-        return await control.recover_all(self._core)
+        return await commands.recover_all(self._core)
 
     def is_running_here(self, workflow_id: str) -> bool:
         """True when this engine is currently driving the run (in memory, or evicted from
@@ -868,7 +863,7 @@ class Engine:
         if not (isinstance(signal, tuple) and len(signal) == 2):
             raise InvalidArgumentError("signal must be a (name, payload) tuple")
         name, payload = signal
-        from pyweft.engine.signals import check_name, check_signal_id
+        from pyweft.engine.messages.signals import check_name, check_signal_id
 
         check_name(name, "signal")
         if signal_id is not None:

@@ -25,14 +25,14 @@ from pyweft.engine.engine import DEFAULT_MAX_HISTORY_STEPS, DEFAULT_MAX_PAYLOAD_
 from pyweft.engine.engine import Engine as AsyncEngine
 from pyweft.engine.handle import WorkflowHandle as AsyncHandle
 from pyweft.engine.handle import check_result_type
-from pyweft.engine.info import Page, WorkflowInfo
+from pyweft.engine.messages.reviews import ReviewInfo
+from pyweft.engine.messages.updates import OMITTED
 from pyweft.engine.ownership import StoreOwnership
 from pyweft.engine.ownership.lease import LeaseHealth
-from pyweft.engine.residency import DEFAULT_MAX_CACHED_RUNS
-from pyweft.engine.reviews import ReviewInfo
-from pyweft.engine.stats import EngineStats
-from pyweft.engine.updates import OMITTED
-from pyweft.engine.visibility import Group, History
+from pyweft.engine.replay.info import Page, WorkflowInfo
+from pyweft.engine.replay.residency import DEFAULT_MAX_CACHED_RUNS
+from pyweft.engine.replay.stats import EngineStats
+from pyweft.engine.visibility.reader import Group, History
 from pyweft.errors import EngineClosedError
 from pyweft.storage.base import Storage
 from pyweft.sync import process
@@ -41,7 +41,7 @@ from pyweft.sync.handle import WorkflowHandle
 from pyweft.sync.loop import LoopThread, closed_error
 
 if TYPE_CHECKING:
-    from pyweft.engine.context import WorkflowContext
+    from pyweft.engine.replay.context import WorkflowContext
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from pyweft.engine.info import WorkflowInfo
-from pyweft.engine.updates import OMITTED
-from pyweft.engine.visibility import History
+from pyweft.engine.messages.updates import OMITTED
+from pyweft.engine.replay.info import WorkflowInfo
+from pyweft.engine.visibility.reader import History
 from pyweft.sync.events import EventIterator
 
 if TYPE_CHECKING:

@@ -32,9 +32,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyweft.clock import Clock
-from pyweft.engine import keys
 from pyweft.engine.ownership.identity import Incarnation, incarnation_from, provably_gone
 from pyweft.engine.ownership.lease import decode_epoch, encode_epoch
+from pyweft.engine.replay import keys
 from pyweft.errors import ConfigurationError, EngineDeposedError, LeaseCorruptedError
 from pyweft.storage.base import Delete, Expect, Op, Put, Storage
 

@@ -1,0 +1,1 @@
+"""Runs that start runs: child workflows, fan-out (``ctx.all``/``ctx.race``) and sagas."""

@@ -1,0 +1,448 @@
+"""``WorkflowContext``: the handle a workflow uses for every durable operation.
+
+Each method that performs a durable step takes its step number when it is
+*called* and returns an awaitable, so steps started concurrently (for example
+with ``asyncio.gather``) get deterministic numbers in call order.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+from datetime import datetime
+from typing import Any, Literal, NoReturn, TypeVar, TypeVarTuple, overload
+
+from pyweft.definitions import (
+    ActivityDefinition,
+    Duration,
+    RetryPolicy,
+    activity_definition_of,
+    parse_activity_timeout,
+    refuse_activity_as_workflow,
+)
+from pyweft.durations import parse_duration, parse_optional_duration, parse_timestamp
+from pyweft.engine.composition import children, fanout
+from pyweft.engine.composition.saga import Saga
+from pyweft.engine.messages import conditions, reviews, signals, updates
+from pyweft.engine.messages.reviews import Escalation, ReviewDecision
+from pyweft.engine.messages.updates import UpdateRequestHandle
+from pyweft.engine.replay import keys, operations
+from pyweft.engine.replay.info import RunInfo, to_datetime
+from pyweft.engine.replay.run import ContinueAsNew, Run
+from pyweft.engine.steps import activities, attributes, recorded, timers
+from pyweft.errors import (
+    ActivityNotRegisteredError,
+    DefinitionError,
+    InvalidArgumentError,
+)
+
+T = TypeVar("T")
+# ``ctx.run(fn, *args)`` and ``ctx.start_child(wf, *args)`` check ``args`` against the
+# function's parameters (after the context, for a workflow) and type the result as what
+# it returns. A TypeVarTuple, not a ParamSpec: the options (``retry=``, ``id=``...)
+# follow ``*args``, which type checkers refuse between ``P.args`` and ``P.kwargs``.
+Ts = TypeVarTuple("Ts")
+
+
+class _ReplayFilter(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """A workflow logger that stays quiet while replaying recorded steps."""
+
+    def __init__(self, logger: logging.Logger, run: Run) -> None:
+        super().__init__(logger, {"workflow_id": run.id, "workflow_type": run.definition.name})
+        self._run = run
+
+    def isEnabledFor(self, level: int) -> bool:
+        return not self._run.replaying and super().isEnabledFor(level)
+
+
+class WorkflowContext:
+    """Passed as the first argument to every workflow function."""
+
+    __slots__ = ("_log", "_run")
+
+    def __init__(self, run: Run) -> None:
+        self._run = run
+        self._log: logging.LoggerAdapter[logging.Logger] | None = None
+
+    @property
+    def workflow_id(self) -> str:
+        return self._run.id
+
+    @property
+    def workflow_type(self) -> str:
+        return self._run.definition.name
+
+    @property
+    def info(self) -> RunInfo:
+        """This run's identity and origin (see :class:`RunInfo`); no I/O, no step."""
+        state = self._run.state
+        return RunInfo(
+            workflow_id=state.id,
+            workflow_type=state.type,
+            version=state.version,
+            created_at=to_datetime(state.created_at),
+            generation=state.generation,
+            generation_started_at=to_datetime(state.generation_started_at or state.created_at),
+            parent_id=state.parent_id,
+            depth=state.depth,
+            tags=tuple(state.tags),
+            execution_deadline=None if state.deadline is None else to_datetime(state.deadline),
+            idempotency_key=state.idempotency_key,
+            forked_from=state.forked_from,
+            forked_at_step=state.forked_at_step,
+        )
+
+    @property
+    def is_replaying(self) -> bool:
+        """True while the run is re-executing steps that were already recorded."""
+        return self._run.replaying
+
+    @property
+    def log(self) -> logging.LoggerAdapter[logging.Logger]:
+        """A logger tagged with the workflow id that is silent during replay."""
+        if self._log is None:
+            self._log = _ReplayFilter(logging.getLogger("pyweft.workflow"), self._run)
+        return self._log
+
+    @overload
+    def run(
+        self,
+        activity: Callable[[*Ts], Awaitable[T]],
+        /,
+        *args: *Ts,
+        retry: RetryPolicy | None = None,
+        timeout: Duration | None = None,
+        schedule_to_close: Duration | None = None,
+    ) -> Awaitable[T]: ...
+    @overload
+    def run(
+        self,
+        activity: Callable[[*Ts], T],
+        /,
+        *args: *Ts,
+        retry: RetryPolicy | None = None,
+        timeout: Duration | None = None,
+        schedule_to_close: Duration | None = None,
+    ) -> Awaitable[T]: ...
+    @overload
+    def run(
+        self,
+        activity: str,
+        /,
+        *args: Any,
+        retry: RetryPolicy | None = None,
+        timeout: Duration | None = None,
+        schedule_to_close: Duration | None = None,
+    ) -> Awaitable[Any]: ...
+    def run(
+        self,
+        activity: Callable[..., Any] | str,
+        /,
+        *args: object,
+        retry: RetryPolicy | None = None,
+        timeout: Duration | None = None,
+        schedule_to_close: Duration | None = None,
+    ) -> Awaitable[Any]:
+        """Run an activity (a function or a registered name) as one durable step.
+
+        Its result is committed before it is returned; on replay the recorded
+        result is returned without running the activity again. Options given
+        here override the activity's own for this call. Pass activity
+        arguments positionally.
+        """
+        act = self._resolve(activity)
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise InvalidArgumentError(f"ctx.run retry= must be a RetryPolicy, got {retry!r}")
+        # Options are checked before the step number is taken, so a bad one takes none.
+        timeout_s = (
+            act.timeout_s if timeout is None else parse_activity_timeout(timeout, field="timeout")
+        )
+        budget_s = (
+            act.schedule_to_close_s
+            if schedule_to_close is None
+            else parse_activity_timeout(schedule_to_close, field="schedule_to_close")
+        )
+        return activities.run_activity(
+            self._run,
+            self._run.alloc_step(),
+            act,
+            args,
+            retry if retry is not None else act.retry,
+            timeout_s,
+            budget_s,
+        )
+
+    def _resolve(self, activity: Callable[..., Any] | str) -> ActivityDefinition:
+        if isinstance(activity, str):
+            act = self._run.definition.activities.get(
+                activity
+            ) or self._run.services.activities.get(activity)
+            if act is None:
+                known = sorted({*self._run.definition.activities, *self._run.services.activities})
+                raise ActivityNotRegisteredError(
+                    f"activity {activity!r} is not registered (workflow {self.workflow_type!r} "
+                    f"knows: {', '.join(known) or 'none'}). Pass the function itself, list it in "
+                    "@workflow(activities=[...]) or Engine(activities=[...]).",
+                    activity_name=activity,
+                )
+            return act
+        if not callable(activity):
+            raise TypeError(f"ctx.run expects an activity function or name, got {activity!r}")
+        return activity_definition_of(activity)
+
+    def sleep(self, duration: Duration) -> Awaitable[None]:
+        """Sleep durably: survives restarts and keeps its original deadline."""
+        seconds = parse_duration(duration, field="sleep duration")
+        return timers.sleep_until(self._run, self._run.alloc_step(), None, seconds)
+
+    def sleep_until(self, when: datetime | float) -> Awaitable[None]:
+        """Sleep durably until an absolute time (aware ``datetime`` or epoch seconds)."""
+        deadline = parse_timestamp(when, field="sleep_until")
+        return timers.sleep_until(self._run, self._run.alloc_step(), deadline, 0.0)
+
+    # --- messages ---------------------------------------------------------------------
+
+    def wait_for_signal(self, name: str, *, timeout: Duration | None = None) -> Awaitable[Any]:
+        """Wait for the next ``name`` signal and return its payload (one durable step).
+
+        Signals sent before the wait are buffered and consumed in arrival order.
+        Raises :class:`~pyweft.WaitTimeoutError` when ``timeout`` passes first.
+        """
+        signals.check_name(name, "signal")
+        seconds = parse_optional_duration(timeout, field="timeout")
+        return signals.wait_for_signal(self._run, self._run.alloc_step(), name, seconds)
+
+    def on_query(self, name: str, fn: Callable[..., Any] | None = None) -> Callable[..., Any]:
+        """Answer ``engine.query(id, name, *args)`` with ``fn(*args)`` from live state.
+
+        Use as ``ctx.on_query("status", lambda: state)`` or as a decorator:
+        ``@ctx.on_query("status")``. Query handlers must not change state.
+        """
+        signals.check_name(name, "query")
+
+        def register(f: Callable[..., Any]) -> Callable[..., Any]:
+            if not callable(f) or inspect.iscoroutinefunction(f):
+                raise DefinitionError(f"query handler {name!r} must be a plain function")
+            self._run.query_handlers[name] = f
+            return f
+
+        return register(fn) if fn is not None else register
+
+    def on_update(
+        self,
+        name: str,
+        handler: Callable[..., Any] | None = None,
+        *,
+        validator: Callable[..., Any] | None = None,
+    ) -> Callable[..., Any]:
+        """Handle ``engine.update(id, name, payload)``: ``handler(payload)`` returns the answer.
+
+        The handler runs between steps and may change workflow state; its
+        application is recorded so replay rebuilds the same state. A
+        ``validator`` that raises rejects the update before anything is written.
+        Usable as a decorator: ``@ctx.on_update("add")``.
+        """
+        signals.check_name(name, "update")
+
+        def register(f: Callable[..., Any]) -> Callable[..., Any]:
+            self._run.update_handlers[name] = updates.make_handler(name, f, validator)
+            self._run.updates_dirty = True
+            return f
+
+        return register(handler) if handler is not None else register
+
+    def wait_for_update(
+        self, name: str, *, timeout: Duration | None = None
+    ) -> Awaitable[UpdateRequestHandle]:
+        """Wait for the next ``name`` update; answer it with ``request.respond(value)``."""
+        signals.check_name(name, "update")
+        seconds = parse_optional_duration(timeout, field="timeout")
+        return updates.wait_for_update(self._run, self._run.alloc_step(), name, seconds)
+
+    def wait_until(
+        self, predicate: Callable[[], object], *, timeout: Duration | None = None
+    ) -> Awaitable[bool]:
+        """Wait until ``predicate()`` is true (one durable step); False on timeout.
+
+        Re-evaluated whenever an update is applied, a signal arrives or a
+        review is decided. Must be awaited by the workflow itself, not in a
+        branch.
+        """
+        seconds = parse_optional_duration(timeout, field="timeout")
+        return conditions.wait_until(self._run, self._run.alloc_step(), predicate, seconds)
+
+    def review(
+        self,
+        artifact: Any,
+        *,
+        review_type: str = "general",
+        reviewers: Iterable[str] = (),
+        timeout: Duration | None = None,
+        escalation: Iterable[Escalation | dict[str, Any]] = (),
+    ) -> Awaitable[ReviewDecision]:
+        """Ask people for a decision on ``artifact`` and wait for it (one durable step).
+
+        Decide with ``engine.submit_review(review_id, decision=...)``. Raises
+        :class:`~pyweft.ReviewTimeoutError` if ``timeout`` passes first.
+        ``escalation`` steps (``{"after": "1h", "to": [...]}`` or
+        ``{"after": "1d", "action": "auto-approve"}``) reassign or decide.
+        """
+        signals.check_name(review_type, "review type")
+        people = list(reviews.check_people(reviewers, "reviewers"))
+        seconds = parse_optional_duration(timeout, field="timeout")
+        steps = tuple(Escalation.parse(e) for e in escalation)
+        return reviews.review_step(
+            self._run, self._run.alloc_step(), artifact, review_type, people, seconds, steps
+        )
+
+    # --- composition --------------------------------------------------------------------
+
+    def all(self, *branches: Awaitable[Any]) -> Awaitable[list[Any]]:
+        """Run branches concurrently; their results in order.
+
+        Each branch is one durable operation (``ctx.run``, ``ctx.sleep``,
+        ``ctx.start_child``, a nested ``ctx.race``...); anything else raises
+        :class:`~pyweft.WorkflowUsageError`. A branch that finished stays
+        recorded even if a sibling fails; the first failure (by position) is
+        raised once every branch settled.
+        """
+        operations.check_branches("ctx.all", branches)
+        return operations.Composite(fanout.all_of(self._run, branches), branches)
+
+    def all_keyed(self, branches: dict[str, Awaitable[Any]]) -> Awaitable[dict[str, Any]]:
+        """Like :meth:`all` over a mapping; returns ``{key: result}``."""
+        operations.check_branches("ctx.all_keyed", list(branches.values()))
+        coro = fanout.all_keyed(self._run, branches)
+        return operations.Composite(coro, list(branches.values()))
+
+    def race(self, *branches: Awaitable[Any]) -> Awaitable[Any]:
+        """The result of the first branch to settle; the others are cancelled.
+
+        Branches are durable operations, as for :meth:`all`. Which branch won
+        is recorded (this is one step), so replay takes the same branch. A
+        losing signal wait does not consume its signal.
+        """
+        operations.check_branches("ctx.race", branches)
+        coro = fanout.race_value(self._run, self._run.alloc_step(), branches)
+        return operations.Composite(coro, branches)
+
+    def race_keyed(self, branches: dict[str, Awaitable[Any]]) -> Awaitable[tuple[str, Any]]:
+        """Like :meth:`race` over a mapping; returns ``(winning key, value)``."""
+        operations.check_branches("ctx.race_keyed", list(branches.values()))
+        coro = fanout.race_keyed(self._run, self._run.alloc_step(), branches)
+        return operations.Composite(coro, list(branches.values()))
+
+    @overload
+    def start_child(
+        self,
+        workflow: Callable[[WorkflowContext, *Ts], Awaitable[T]],
+        *args: *Ts,
+        id: str | None = None,
+        parent_close_policy: Literal["await"] = "await",
+    ) -> Awaitable[T]: ...
+    @overload
+    def start_child(
+        self,
+        workflow: Callable[[WorkflowContext, *Ts], Awaitable[object]],
+        *args: *Ts,
+        id: str | None = None,
+        parent_close_policy: Literal["abandon", "request_cancel"],
+    ) -> Awaitable[str]: ...
+    @overload
+    def start_child(
+        self,
+        workflow: str,
+        *args: Any,
+        id: str | None = None,
+        parent_close_policy: Literal["await"] = "await",
+    ) -> Awaitable[Any]: ...
+    @overload
+    def start_child(
+        self,
+        workflow: str,
+        *args: Any,
+        id: str | None = None,
+        parent_close_policy: Literal["abandon", "request_cancel"],
+    ) -> Awaitable[str]: ...
+    def start_child(
+        self,
+        workflow: Callable[..., Any] | str,
+        *args: object,
+        id: str | None = None,
+        parent_close_policy: str = "await",
+    ) -> Awaitable[Any]:
+        """Start a child workflow (one durable step).
+
+        With ``parent_close_policy="await"`` (default) the child's result is
+        returned, or its failure raised as :class:`~pyweft.ChildWorkflowError`.
+        ``"abandon"`` and ``"request_cancel"`` return the child's id at once;
+        ``"request_cancel"`` (and ``"await"``) children still running when the
+        parent ends are asked to cancel. The default id is ``"{parent id}/{step}"``
+        (``"{parent id}/g{generation}/{step}"`` after ``continue_as_new``).
+        """
+        if parent_close_policy not in children.POLICIES:
+            raise InvalidArgumentError(
+                f"parent_close_policy must be one of {', '.join(children.POLICIES)}, "
+                f"got {parent_close_policy!r}"
+            )
+        if id is not None:
+            keys.check_text(id, "child id", keys.MAX_ID_BYTES)
+        refuse_activity_as_workflow(workflow, "ctx.start_child")
+        return children.child_step(
+            self._run, self._run.alloc_step(), workflow, args, id, parent_close_policy
+        )
+
+    def saga(self) -> Saga:
+        """A compensation scope: ``async with ctx.saga() as saga: ...``."""
+        return Saga(self)
+
+    # --- recorded values ----------------------------------------------------------------
+
+    def memo(self, key: str, fn: Callable[[], Any]) -> Awaitable[Any]:
+        """Compute ``fn()`` (sync or async) once, as a step; replay returns the recorded value."""
+        signals.check_name(key, "memo key")
+        return recorded.memo(self._run, self._run.alloc_step(), key, fn)
+
+    def now(self) -> datetime:
+        """The current time as the workflow sees it: the moment its latest step was recorded
+        (or the run's start). The same on replay, and it costs no write."""
+        return to_datetime(self._run.logical_now)
+
+    def uuid4(self) -> uuid.UUID:
+        """A random UUID that is the same on replay (seeded from the run id)."""
+        return uuid.UUID(int=self._run.rng.getrandbits(128), version=4)
+
+    def random(self) -> float:
+        """A float in [0, 1) that is the same on replay."""
+        return self._run.rng.random()
+
+    async def get_version(self, change_id: str, min_supported: int, max_supported: int) -> int:
+        """Pin which version of a code change this run follows.
+
+        Runs that reach this call while replaying history recorded before the
+        change get ``min_supported``; new runs get ``max_supported``. The pin is
+        stored and never changes. Branch on it to change code under running
+        workflows safely. Calling it takes no step number.
+        """
+        signals.check_name(change_id, "change id")
+        return recorded.get_version(self._run, change_id, min_supported, max_supported)
+
+    async def continue_as_new(self, *args: Any) -> NoReturn:
+        """End this run's history and start over with ``args``: same id, empty journal."""
+        raise ContinueAsNew(args)
+
+    def set_attributes(self, values: dict[str, Any]) -> None:
+        """Set search attributes (``None`` removes one); written with the next commit."""
+        run = self._run
+        update = attributes.normalize(values)
+        new = attributes.merged(run.attributes, update)
+        for op in attributes.changes(run.id, run.state.created_at, run.attributes, new):
+            run.staged[op.key] = op
+        run.attributes = new
+
+    @property
+    def attributes(self) -> dict[str, Any]:
+        """The run's current search attributes (a copy)."""
+        return dict(self._run.attributes)

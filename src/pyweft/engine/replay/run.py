@@ -1,0 +1,970 @@
+"""Drives one workflow run: step numbering, replay from the journal, commits, waits.
+
+Recovery re-runs the workflow function from the top. Each durable operation
+takes the next step number when it is *called*; if the journal holds that
+step, its recorded outcome is returned at once (replay), otherwise the step
+runs live and its outcome is committed before the workflow sees it.
+
+The step kinds themselves live in their own modules (``activities``,
+``timers``, ``signals``, ``updates``, ``conditions``, ``reviews``); this
+module is the machinery they share.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import hashlib
+import logging
+import random
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
+
+import msgspec
+
+from pyweft.clock import Clock
+from pyweft.codec import PayloadCodec, decode_args, payload_size_error
+from pyweft.definitions import ActivityDefinition, WorkflowDefinition
+from pyweft.engine.messages.events import EventBus, EventKind, WorkflowEvent
+from pyweft.engine.replay import keys, operations, records
+from pyweft.engine.replay.commit import Committer
+from pyweft.engine.replay.info import to_datetime
+from pyweft.engine.replay.records import (
+    AppliedUpdate,
+    ErrorInfo,
+    PendingStep,
+    StepRecord,
+    UpdateResponse,
+    WorkflowState,
+)
+from pyweft.errors import (
+    EngineDeposedError,
+    HistoryLimitError,
+    LeaseNotHeldError,
+    NonDeterminismError,
+    PyweftError,
+    RunTornDown,
+    StorageError,
+)
+from pyweft.storage.base import Delete, Expect, Op, Put, Storage
+
+if TYPE_CHECKING:
+    from pyweft.engine.composition.children import ClosePlan
+    from pyweft.engine.composition.saga import CompensationShield
+    from pyweft.engine.messages.updates import UpdateHandler
+
+T = TypeVar("T")
+log = logging.getLogger("pyweft.run")
+
+
+class ChildHost(Protocol):
+    """What the engine offers runs that start child workflows."""
+
+    def child_definition(self, wf: Callable[..., Any] | str) -> WorkflowDefinition: ...
+
+    async def child_create(
+        self,
+        parent: Run,
+        definition: WorkflowDefinition,
+        args: tuple[Any, ...],
+        child_id: str,
+        policy: str,
+    ) -> tuple[list[Op], list[Expect], Callable[[], None]]: ...
+
+    async def wait_terminal(self, workflow_id: str) -> WorkflowState: ...
+
+    async def cancel_child(self, workflow_id: str) -> None: ...
+
+    async def close_children(self, parent_id: str, asked: list[str] | None = None) -> None: ...
+
+    async def close_plan(self, parent_id: str, now: float) -> ClosePlan: ...
+
+
+class UpdateHooks(Protocol):
+    """How a run applies update requests: the message layer hands these to the run, so
+    the run does not import the update handlers."""
+
+    async def process(self, run: Run) -> None: ...
+
+    def reapply(self, run: Run, applied: AppliedUpdate) -> None: ...
+
+
+class ContinueAsNew(BaseException):
+    """Raised by ``ctx.continue_as_new``; the run restarts with these arguments."""
+
+    def __init__(self, args: tuple[Any, ...]) -> None:
+        super().__init__()
+        self.args_ = args
+
+
+@dataclass(slots=True)
+class RunServices:
+    """What a run needs from its engine (kept narrow so runs stay testable)."""
+
+    storage: Storage
+    committer: Committer
+    clock: Clock
+    codec: PayloadCodec
+    executor: Executor
+    activities: dict[str, ActivityDefinition]
+    max_payload_bytes: int
+    events: EventBus = field(default_factory=EventBus)
+    poll_interval: float = 1.0
+    on_update_response: Callable[[UpdateResponse], None] = lambda _: None
+    children: ChildHost | None = None
+    updates: UpdateHooks | None = None  # set by the engine; runs without it take no updates
+    claims: Any = None  # ClaimRegistry under ownership="workflow-lease"
+    max_history_steps: int = 100_000
+    large_payload_bytes: int = 256 * 1024  # a step result past this is worth a warning
+    on_idle: Callable[[Run], None] = lambda _: None  # every live step is a parked wait
+    # What replay drift (NonDeterminismError, a version pin the code dropped) does:
+    # "block" stores the run as blocked for fixed code; "fail_run" fails it.
+    on_nondeterminism: str = "block"
+
+
+Deferred = list[tuple[StepRecord, list[Op], list[Expect]]]
+# Set inside the branches of ctx.race: their step commits are collected, and the
+# race commits only the winner's, together with its own record.
+RACE_BRANCH: contextvars.ContextVar[Deferred | None] = contextvars.ContextVar(
+    "pyweft_race_branch", default=None
+)
+# Also set inside race branches, one set per enclosing race branch (outermost first): the
+# steps whose progress records (open sleeps, activity attempts) the branch wrote, so a
+# race can delete a losing branch's records, nested races' included, with its own record.
+RACE_PENDINGS: contextvars.ContextVar[tuple[set[int], ...]] = contextvars.ContextVar(
+    "pyweft_race_pendings", default=()
+)
+
+
+class Superseded(BaseException):
+    """Another writer committed this run's step or state: stop without writing."""
+
+
+class RunEnding(BaseException):
+    """The run must end ``failed`` with ``error`` whatever the workflow catches (e.g. it
+    passed its history limit): raised at every ctx call, never catchable as Exception."""
+
+    def __init__(self, error: PyweftError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+# Failures of the engine itself, never outcomes the workflow may react to: a run that
+# meets one while driving is torn down (see Run.tear_down) and stays resumable.
+ENGINE_FAILURES: tuple[type[BaseException], ...] = (
+    StorageError,
+    EngineDeposedError,
+    LeaseNotHeldError,
+    Superseded,
+)
+# Of those, the ones after which this engine may drive the run again by itself: once its
+# store works again, or (superseded) after re-reading what another writer did, e.g. a
+# cancel from another process that landed just before this run's final commit. A lost
+# lease or claim means another engine drives the run now.
+TRANSIENT_FAILURES: tuple[type[BaseException], ...] = (StorageError, Superseded)
+
+
+class Run:
+    """The in-memory driver of one run. Created by the engine, one per live run."""
+
+    # Wake-up bookkeeping for changed()/notify(); class-level defaults, set per run on use.
+    wake_seq: int = 0
+    """Bumped by every notify(). A wait reads it before it looks, and changed(since=...)
+    returns at once if it moved, so news between the look and the park is not missed."""
+    _parked: dict[asyncio.Future[None], float | None] | None = None
+    # Set while a saga compensates: cancels and the execution timeout wait for its grace.
+    shield: CompensationShield | None = None
+
+    def __init__(
+        self,
+        services: RunServices,
+        definition: WorkflowDefinition,
+        state: WorkflowState,
+        state_raw: bytes,
+        journal: dict[int, StepRecord],
+        pendings: dict[int, PendingStep],
+        applied: list[AppliedUpdate] | None = None,
+        version_pins: dict[str, int] | None = None,
+        attributes: dict[str, Any] | None = None,
+        carried: dict[int, StepRecord] | None = None,
+    ) -> None:
+        self.services = services
+        self.definition = definition
+        self.state = state
+        self.state_raw = state_raw
+        self.id = state.id
+        self.journal = journal
+        self.pendings = pendings
+        self.cancel_requested = state.cancel_requested
+        # A cancel is raised into the workflow once; cleanup steps after it run normally.
+        self.cancel_delivered = False
+        self.terminating: str | None = None  # "timed_out": no more steps may run
+        # No new step may start (shutdown, suspend): the next ctx call tears the run down.
+        self.stopping = False
+        self._stop_reason = "the engine stopped driving it"
+        # Set once the engine stopped driving this run for a reason of its own: every
+        # ctx call raises RunTornDown and nothing more is recorded (see tear_down).
+        self.torn_down: RunTornDown | None = None
+        self.teardown_cause: BaseException | None = None
+        self.fatal: PyweftError | None = None  # fails the run even if the workflow catches it
+        # Set when the code stopped replaying the journal and the run is to be blocked
+        # (see code_drift); the engine stores it as ``blocked`` once the task ends.
+        self.drift: PyweftError | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.done: asyncio.Future[WorkflowState] = asyncio.get_running_loop().create_future()
+        self.query_handlers: dict[str, Callable[..., Any]] = {}
+        self.update_handlers: dict[str, UpdateHandler] = {}
+        self.update_waits: dict[str, int] = {}  # names ctx.wait_for_update is waiting on
+        self.updates_dirty = True  # there may be update requests we have not looked at
+        self.signal_cache: dict[str, list[tuple[str, bytes]]] = {}
+        self.signal_synced: set[str] = set()
+        self.signal_arrivals: dict[str, int] = {}
+        self._next_step = 0
+        self._live_ops = 0
+        self._open_pendings: set[int] = set(pendings)
+        self._lock = asyncio.Lock()
+        self.update_lock = asyncio.Lock()
+        self._journal_prefix = keys.journal_prefix(state.id)
+        self._changed: list[asyncio.Future[None]] = []
+        self._timeout_handle: Any = None
+        # Writes that must land with the run's next commit (attributes, version pins).
+        self.staged: dict[str, Op] = {}
+        self.version_pins: dict[str, int] = dict(version_pins or {})
+        self.has_children = False
+        # Answers given with respond() and still being written: the run ends only after
+        # them, so a crash can never leave a finished run without an answer it gave.
+        self.answering: set[asyncio.Task[None]] = set()
+        self.attributes: dict[str, Any] = dict(attributes or {})
+        # ctx.now(): the time the latest step the workflow saw was recorded; replay-stable.
+        self.logical_now = state.generation_started_at or state.created_at
+        seed = hashlib.sha256(f"{state.id}\x00{state.generation}".encode()).digest()
+        self.rng = random.Random(int.from_bytes(seed[:8], "big"))
+        # Activity outcomes whose commit failed for a transient reason (in this run's
+        # earlier life in this engine): committed at their step instead of running the
+        # activity again. ``unsaved`` collects them; ``carried`` hands them to replay.
+        self.unsaved: dict[int, StepRecord] = {}
+        self.carried: dict[int, StepRecord] = dict(carried or {})
+        self.recorded_updates: dict[int, list[AppliedUpdate]] = {}
+        self.update_index: dict[int, int] = {}
+        for u in sorted(applied or (), key=lambda u: (u.boundary, u.index)):
+            self.recorded_updates.setdefault(u.boundary, []).append(u)
+            self.update_index[u.boundary] = u.index + 1
+
+    # --- step allocation and replay -------------------------------------------------
+
+    def alloc_step(self) -> int:
+        """The next step number: only the workflow's own task may take one."""
+        task = asyncio.current_task()
+        if self.task is not None and task is not self.task:
+            raise operations.not_in_workflow_task(task.get_name() if task else "(no task)")
+        self.check_alive()
+        self._next_step += 1
+        limit = self.definition.max_history_steps or self.services.max_history_steps
+        if self._next_step > limit:
+            self.fatal = HistoryLimitError(
+                f"workflow {self.id!r} took more than {limit} steps in one run; a loop that "
+                "never ends would grow its history without bound. Use ctx.continue_as_new "
+                "to start a long-lived loop afresh, or raise max_history_steps.",
+                workflow_id=self.id,
+                limit=limit,
+            )
+        if isinstance(self.fatal, HistoryLimitError):
+            raise RunEnding(self.fatal)
+        if self._next_step == limit * 4 // 5 and not self.replaying:
+            self.warn(f"the run has taken {self._next_step} of its {limit} steps")
+        return self._next_step
+
+    @property
+    def steps_allocated(self) -> int:
+        return self._next_step
+
+    @property
+    def replaying(self) -> bool:
+        """True while the journal still holds steps the code has not reached again."""
+        return bool(self.journal)
+
+    def replay(self, step: int, kind: str, name: str) -> StepRecord | None:
+        """The recorded outcome of ``step``, after re-applying updates recorded before it."""
+        if self.recorded_updates:
+            self._reapply_updates(step)
+        if self.fatal is not None:
+            raise RunEnding(self.fatal)
+        rec = self.journal.pop(step, None)
+        if rec is None:
+            return None
+        if rec.kind != kind or rec.name != name:
+            self.nondeterminism(step, f"{rec.kind} {rec.name!r}", f"{kind} {name!r}")
+        if rec.finished_at > self.logical_now:
+            self.logical_now = rec.finished_at
+        return rec
+
+    def _reapply_updates(self, step: int) -> None:
+        hooks = self.services.updates
+        for boundary in sorted(b for b in self.recorded_updates if b <= step):
+            for applied in self.recorded_updates.pop(boundary):
+                if hooks is not None:
+                    hooks.reapply(self, applied)
+
+    def nondeterminism(self, step: int, recorded: str, requested: str) -> NoReturn:
+        self.code_drift(
+            NonDeterminismError(
+                f"workflow {self.id!r} is not deterministic at step {step}: the journal "
+                f"recorded {recorded} but the code now asks for {requested}. Code changes that "
+                "reorder, add or remove durable steps must not be deployed under running "
+                "workflows; keep the old order or version the workflow.",
+                workflow_id=self.id,
+                step=step,
+            )
+        )
+
+    def code_drift(self, error: PyweftError) -> NoReturn:
+        """The code no longer replays this run's journal; ``error`` says where and how.
+
+        By default (``on_nondeterminism="block"``) the run is torn down at once, so a
+        workflow that catches the error (``except Exception``) records nothing more,
+        and the engine then stores it as ``blocked``, journal intact, until code that
+        replays it drives it again. With ``"fail_run"`` the run ends ``failed`` with
+        ``error`` whatever the workflow catches, as for the history limit.
+        """
+        if self.services.on_nondeterminism == "fail_run":
+            self.fatal = error
+            raise RunEnding(error)
+        if self.drift is None and self.torn_down is None:
+            self.drift = error
+        raise self.tear_down(
+            f"blocked: its code no longer replays its journal ({type(error).__name__})", error
+        )
+
+    async def block(self) -> WorkflowState | None:
+        """Store the run as ``blocked`` by its drift: journal and open steps are kept, the
+        error says why, and the claim (``workflow-lease``) is given up so that an engine
+        whose code replays the run can take it. ``None`` if another writer changed the
+        run first (a cancel, a suspend): the run is then what that writer made it."""
+        assert self.drift is not None
+        async with self._lock:
+            new = msgspec.structs.replace(
+                self.state,
+                status="blocked",
+                error=records.error_info(self.drift),
+                updated_at=self.services.clock.now(),
+            )
+            claims = self.services.claims
+            try:
+                # Staged writes (pins, attributes) came from the drifted code: dropped.
+                await self._write_state_locked(new, claims.release_ops(self.id) if claims else [])
+            except Superseded:
+                return None
+            if claims is not None:
+                claims.forget(self.id)
+        return new
+
+    async def enter_live(self) -> None:
+        """Called when a step starts running for real: cancellation and updates land here."""
+        if self.fatal is not None:
+            raise RunEnding(self.fatal)
+        self.check_alive()
+        if self.interruption_due():
+            raise asyncio.CancelledError()
+        if self.updates_dirty and self.update_handlers and self.services.updates is not None:
+            await self.services.updates.process(self)
+
+    def interruption_due(self) -> bool:
+        """True when a step starting now must raise ``CancelledError``: the execution
+        timeout passed, or a cancel request has not been delivered yet (it is, now).
+
+        A step in a branch of ``ctx.all``/``ctx.race`` also cancels the workflow's own
+        task, which awaits the fan-out: every sibling branch is interrupted with it
+        (sleeps disarmed, children asked to cancel), not only the one that looked.
+        While a saga compensates (``shield``), both wait for its grace period.
+        """
+        if self.terminating is None and (not self.cancel_requested or self.cancel_delivered):
+            return False
+        if self.shield is not None and self.shield.holds(self.services.clock.now()):
+            return False
+        if self.terminating is None:
+            self.cancel_delivered = True
+        task = self.task
+        if task is not None and task is not asyncio.current_task() and not task.done():
+            task.cancel()
+        return True
+
+    def take_pending(self, step: int, kind: str, name: str) -> PendingStep | None:
+        pend = self.pendings.pop(step, None)
+        if pend is not None and (pend.kind != kind or pend.name != name):
+            self.nondeterminism(step, f"an open {pend.kind} {pend.name!r}", f"{kind} {name!r}")
+        return pend
+
+    # --- waiting ----------------------------------------------------------------------
+
+    async def live(self, aw: Any) -> Any:
+        """Await a live operation that a cancel request may interrupt.
+
+        Staged writes (attributes, version pins) are flushed first, so what the
+        workflow set is visible while it waits, however long that is.
+        """
+        try:
+            if self.staged and RACE_BRANCH.get() is None:
+                await self.flush_staged()
+            # A cancel that arrived while this step was still recording its progress
+            # (not yet waiting, so not interruptible) is delivered now, before the wait.
+            self.check_alive()
+            if self.interruption_due():
+                raise asyncio.CancelledError()
+        except BaseException:
+            if asyncio.iscoroutine(aw):
+                aw.close()  # never started: close it so it is not reported as leaked
+            raise
+        self._live_ops += 1
+        try:
+            return await aw
+        finally:
+            self._live_ops -= 1
+
+    def wait_until(self, deadline: float) -> asyncio.Future[None]:
+        """A future resolved once the engine clock reaches ``deadline``."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def fire() -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        handle = self.services.clock.call_at(deadline, fire)
+        fut.add_done_callback(lambda f: handle.cancel() if f.cancelled() else None)
+        return fut
+
+    def notify(self) -> None:
+        """Something a waiting step may care about changed (signal, update, review)."""
+        self.wake_seq += 1
+        waiters, self._changed = self._changed, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    async def changed(self, deadline: float | None, since: int | None = None) -> None:
+        """Wait for a notification or the deadline. Nothing polls: other processes' writes
+        arrive through wake-up markers (see wakeups). With ``since`` (the ``wake_seq`` read
+        before the caller last looked), return at once if news came after that look."""
+        self.check_alive()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        self._changed.append(fut)
+        if since is not None and since != self.wake_seq:
+            fut.set_result(None)
+        timer = (
+            self.services.clock.call_at(deadline, lambda: _resolve(fut))
+            if deadline is not None and not fut.done()
+            else None
+        )
+        if self._parked is None:
+            self._parked = {}
+        try:
+            if not fut.done() and self.updates_dirty and self.update_handlers:
+                await self._process_updates()  # requests that came while it was busy
+            if not fut.done():
+                self._parked[fut] = deadline
+                if self.idle:
+                    self.services.on_idle(self)
+            await fut
+        finally:
+            self._parked.pop(fut, None)
+            if timer is not None:
+                timer.cancel()
+            if fut in self._changed:
+                self._changed.remove(fut)
+        if self.updates_dirty and self.update_handlers:
+            await self._process_updates()
+
+    async def _process_updates(self) -> None:
+        if not self.replaying and self.services.updates is not None:
+            await self.services.updates.process(self)
+
+    @property
+    def idle(self) -> bool:
+        """True while every live operation of the run is a wait parked in changed()."""
+        parked = len(self._parked) if self._parked else 0
+        return parked > 0 and parked == self._live_ops
+
+    def next_wake(self) -> float | None:
+        """The earliest time a parked wait (or the run's execution timeout) must wake up."""
+        times = [d for d in (self._parked or {}).values() if d is not None]
+        if self.state.deadline is not None:
+            times.append(self.state.deadline)
+        return min(times) if times else None
+
+    # --- commits ------------------------------------------------------------------------
+
+    async def commit_step(
+        self, rec: StepRecord, ops: list[Op] | None = None, conds: list[Expect] | None = None
+    ) -> bool:
+        """Record a step's outcome with the side effects that must land with it.
+
+        Returns ``False`` when one of ``conds`` failed (nothing was written);
+        raises :class:`Superseded` when another writer recorded this step.
+        """
+        branch = RACE_BRANCH.get()
+        if branch is not None:
+            branch.append((rec, list(ops or ()), list(conds or ())))
+            return True
+        return await self.commit_steps([(rec, list(ops or ()), list(conds or ()))])
+
+    def stop(self, reason: str = "the engine is shutting down") -> None:
+        """Stop driving this run (shutdown): interrupt a live wait now; a run busy
+        committing a result it already has finishes that commit, then is torn down at
+        its next ctx call."""
+        self.stopping = True
+        self._stop_reason = reason
+        if self._live_ops > 0:
+            self.tear_down(reason)
+
+    # --- teardown -------------------------------------------------------------------
+
+    def tear_down(self, reason: str, cause: BaseException | None = None) -> RunTornDown:
+        """Stop driving this run here, for a reason of the engine's own.
+
+        From now on every ctx call raises :class:`RunTornDown` (which ``except
+        Exception`` cannot catch) and nothing more is recorded for the run by this
+        engine; its journal stays as it is, so the run resumes from it later. The
+        run's task is interrupted at once wherever it waits (a write it was making may
+        land or not: whoever drives the run next re-reads the journal). Idempotent: the
+        first reason wins.
+        """
+        if self.torn_down is None:
+            self.teardown_cause = cause
+            self.torn_down = self._torn_down_error(reason)
+            self.stopping = True
+            task = self.task
+            if task is not None and task is not asyncio.current_task() and not task.done():
+                task.cancel()
+        return self._torn_down_error(self.torn_down.reason)
+
+    def _torn_down_error(self, reason: str) -> RunTornDown:
+        return RunTornDown(
+            f"workflow {self.id!r} is no longer driven by this engine ({reason}); it resumes "
+            "from its journal. Do not catch RunTornDown: re-raise it.",
+            workflow_id=self.id,
+            reason=reason,
+        )
+
+    def check_alive(self) -> None:
+        """Raise :class:`RunTornDown` if this run was torn down (or must stop now)."""
+        if self.torn_down is None and self.stopping:
+            self.tear_down(self._stop_reason)
+        if self.torn_down is not None:
+            raise self._torn_down_error(self.torn_down.reason)
+
+    def teardown_for(self, exc: BaseException) -> RunTornDown | None:
+        """The :class:`RunTornDown` that replaces ``exc`` in workflow code, if any.
+
+        Engine failures (storage errors, deposition, a write superseded by another
+        writer) tear the run down; so does the cancellation that interrupts a live
+        wait when the run is torn down. Anything else is the workflow's own business.
+        """
+        if isinstance(exc, RunTornDown):
+            return None
+        if isinstance(exc, ENGINE_FAILURES):
+            return self.tear_down(_describe(exc), exc)
+        if isinstance(exc, asyncio.CancelledError) and self.torn_down is not None:
+            return self._torn_down_error(self.torn_down.reason)
+        return None
+
+    @property
+    def transiently_stopped(self) -> bool:
+        """True when a transient failure (storage) tore the run down: worth re-driving."""
+        return self.torn_down is not None and isinstance(self.teardown_cause, TRANSIENT_FAILURES)
+
+    async def commit_steps(self, entries: Deferred) -> bool:
+        """Commit several step records (and their side effects) in one batch."""
+        self._refuse_if_torn_down()
+        batch: list[Op] = []
+        conditions: list[Expect] = []
+        keys_written = []
+        for rec, ops, conds in entries:
+            key = f"{self._journal_prefix}{rec.step:010d}"
+            keys_written.append(key)
+            batch.append(Put(key=key, value=records.encode(rec)))
+            batch += ops
+            if rec.step in self._open_pendings:
+                batch.append(Delete(key=keys.pending(self.id, rec.step)))
+            conditions.append(Expect(key=key, value=None))
+            conditions += conds
+        staged, self.staged = self.staged, {}
+        batch += staged.values()
+        try:
+            ok = await self.services.committer.commit(batch, conditions, workflow_id=self.id)
+        except StorageError:
+            # The outcome may or may not be stored. If not, the activity need not run
+            # again: its outcome is kept here and committed at its step on replay.
+            for rec, ops, _ in entries:
+                if rec.kind == "activity" and not ops:
+                    self.unsaved[rec.step] = rec
+            raise
+        if not ok:
+            self.staged = {**staged, **self.staged}
+            has_side_conditions = len(conditions) > len(entries)
+            if not has_side_conditions or any(
+                [await self.services.storage.get(k) is not None for k in keys_written]
+            ):
+                raise Superseded()
+            return False
+        for rec, _, _ in entries:
+            self._open_pendings.discard(rec.step)
+            if rec.finished_at > self.logical_now:
+                self.logical_now = rec.finished_at
+            self._emit_step(rec)
+        return True
+
+    def _emit_step(self, rec: StepRecord) -> None:
+        if self.services.events.active:
+            self.emit(
+                "step_completed" if rec.ok else "step_failed",
+                step=rec.step,
+                step_kind=rec.kind,
+                name=rec.name,
+                attempts=rec.attempts,
+            )
+
+    async def flush_staged(self) -> None:
+        """Write staged side effects now (e.g. attributes set from outside the workflow)."""
+        self._refuse_if_torn_down()
+        staged, self.staged = self.staged, {}
+        if staged:
+            await self.services.committer.commit(list(staged.values()), workflow_id=self.id)
+
+    async def commit_pending(
+        self,
+        pend: PendingStep,
+        ops: list[Op] | None = None,
+        conds: list[Expect] | None = None,
+    ) -> bool:
+        """Record an open step's progress. ``False`` only when one of ``conds`` failed."""
+        self._refuse_if_torn_down()
+        journal_key = f"{self._journal_prefix}{pend.step:010d}"
+        pending_key = keys.pending(self.id, pend.step)
+        batch: list[Op] = [Put(key=pending_key, value=records.encode(pend))]
+        if ops:
+            batch += ops
+        conditions = [Expect(key=journal_key, value=None), *(conds or ())]
+        # Tracked before the write: if this step is cancelled while the write is in
+        # flight (a race loser), the write may still land, and finish() must delete it.
+        self._open_pendings.add(pend.step)
+        for branch_pendings in RACE_PENDINGS.get():
+            branch_pendings.add(pend.step)
+        if not await self.services.committer.commit(batch, conditions, workflow_id=self.id):
+            if not conds or await self.services.storage.get(journal_key) is not None:
+                raise Superseded()
+            return False
+        return True
+
+    async def write_state(self, new: WorkflowState, extra: list[Op] | None = None) -> None:
+        """Replace the state record, conditioned on the bytes this run last saw."""
+        async with self._lock:
+            await self._write_state_locked(new, extra)
+
+    async def _write_state_locked(self, new: WorkflowState, extra: list[Op] | None) -> None:
+        raw = records.encode(new)
+        ops: list[Op] = [Put(key=keys.wf(self.id), value=raw), *(extra or ())]
+        ops += status_change_ops(self.state, new)
+        cond = [Expect(key=keys.wf(self.id), value=self.state_raw)]
+        if not await self.services.committer.commit(ops, cond, workflow_id=self.id):
+            raise Superseded()
+        self.state, self.state_raw = new, raw
+
+    def _refuse_if_torn_down(self) -> None:
+        # Once torn down, nothing more is recorded: a cleanup path the workflow takes
+        # (a finally block, a handler of the interruption) would break replay.
+        if self.torn_down is not None:
+            raise self._torn_down_error(self.torn_down.reason)
+
+    def encode_result(self, value: object, what: str) -> bytes:
+        payload = self.services.codec.encode(value)
+        if len(payload) > self.services.max_payload_bytes:
+            raise payload_size_error(len(payload), self.services.max_payload_bytes, what=what)
+        if len(payload) > self.services.large_payload_bytes:
+            self.warn(
+                f"{what} is {len(payload)} bytes; large payloads slow every replay, so "
+                "store big data elsewhere and pass a reference"
+            )
+        return payload
+
+    def warn(self, message: str) -> None:
+        """Tell the operator about a run heading for trouble (log and event)."""
+        log.warning("workflow %s: %s", self.id, message)
+        self.emit("warning", message=message)
+
+    def emit(self, kind: EventKind, *, step: int | None = None, **data: Any) -> None:
+        bus = self.services.events
+        if bus.active:
+            bus.emit(
+                WorkflowEvent(
+                    kind=kind,
+                    workflow_id=self.id,
+                    workflow_type=self.definition.name,
+                    at=to_datetime(self.services.clock.now()),
+                    step=step,
+                    data=data,
+                )
+            )
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    @property
+    def interruptible(self) -> bool:
+        """True while the workflow waits on a live step (activity, timer, message)."""
+        return self._live_ops > 0
+
+    async def adopt_state(self, state: WorkflowState, raw: bytes) -> None:
+        """Take a state written by another process (e.g. a cancel request) as current."""
+        async with self._lock:
+            self.state, self.state_raw = state, raw
+        if state.cancel_requested and not self.cancel_requested:
+            self.cancel_requested = True
+            self.emit("cancel_requested")
+            if self._live_ops > 0 and self.task is not None:
+                self.cancel_delivered = True
+                self.task.cancel()
+
+    async def request_cancel(self) -> None:
+        """Record the cancel request durably, then interrupt the live step, if any."""
+        async with self._lock:
+            if self.cancel_requested or self.done.done():
+                return
+            now = self.services.clock.now()
+            try:
+                await self._write_state_locked(
+                    msgspec.structs.replace(self.state, cancel_requested=True, updated_at=now),
+                    None,
+                )
+            except BaseException as exc:
+                # Stored or not (a lost reply), or the run changed under us: its memory may
+                # be behind the store. Tear it down so it resumes from what is stored.
+                self.teardown_for(exc)
+                raise
+            self.cancel_requested = True
+        self.emit("cancel_requested")
+        if self._live_ops > 0 and self.task is not None:
+            self.cancel_delivered = True
+            self.task.cancel()
+
+    def arm_execution_timeout(self) -> None:
+        if self.state.deadline is None:
+            return
+
+        def expire() -> None:
+            if self.done.done() or self.terminating:
+                return
+            self.terminating = "timed_out"
+            if self.task is not None:
+                self.task.cancel()
+
+        self._timeout_handle = self.services.clock.call_at(self.state.deadline, expire)
+
+    async def drive(self, make_context: Callable[[Run], Any]) -> None:
+        """Run the workflow function to its end and commit the terminal state."""
+        self.arm_execution_timeout()
+        try:
+            await self._drive(make_context)
+        except BaseException as exc:
+            if not isinstance(exc, RunTornDown) and self.teardown_for(exc) is None:
+                raise
+            if self.torn_down is None:  # raised by the workflow itself: honour it all the same
+                self.tear_down(exc.reason if isinstance(exc, RunTornDown) else "torn down")
+            log.info(
+                "workflow %s torn down: %s",
+                self.id,
+                self.torn_down.reason if self.torn_down else "",
+            )
+        finally:
+            if self._timeout_handle is not None:
+                self._timeout_handle.cancel()
+
+    async def _drive(self, make_context: Callable[[Run], Any]) -> None:
+        while True:
+            try:
+                await self._drive_once(make_context)
+                return
+            except ContinueAsNew as cont:
+                await self._continue_as_new(cont.args_)
+
+    async def _continue_as_new(self, args: tuple[Any, ...]) -> None:
+        """End this run's history and start it again, same id, with ``args``."""
+        from pyweft.codec import encode_args
+
+        await self.answers_written()
+        payload = encode_args(self.services.codec, args)
+        if len(payload) > self.services.max_payload_bytes:
+            raise payload_size_error(
+                len(payload), self.services.max_payload_bytes, what="continue_as_new arguments"
+            )
+        prefix, start, end = keys.run_range(self.id)
+        rows = await self.services.storage.scan(prefix, start=start, end=end)
+        keep = {prefix, keys.attributes(self.id)}
+        deletes: list[Op] = [
+            Delete(key=k) for k, _ in rows if keys.belongs_to_run(k, prefix) and k not in keep
+        ]
+        now = self.services.clock.now()
+        async with self._lock:
+            # A cancel the old generation consumed is gone for good; one it never saw (it
+            # came after its last step) is the new generation's to take.
+            carry_cancel = self.cancel_requested and not self.cancel_delivered
+            new = msgspec.structs.replace(
+                self.state,
+                args=payload,
+                generation=self.state.generation + 1,
+                generation_started_at=now,
+                updated_at=now,
+                cancel_requested=carry_cancel,
+            )
+            staged, self.staged = self.staged, {}
+            await self._write_state_locked(new, [*deletes, *staged.values()])
+            self.cancel_requested, self.cancel_delivered = carry_cancel, False
+        self.journal, self.pendings, self._open_pendings = {}, {}, set()
+        self.recorded_updates, self.update_index, self.version_pins = {}, {}, {}
+        self.query_handlers, self.update_handlers = {}, {}
+        self._next_step = 0
+        self.logical_now = now
+        seed = hashlib.sha256(f"{self.id}\x00{new.generation}".encode()).digest()
+        self.rng = random.Random(int.from_bytes(seed[:8], "big"))
+
+    async def _drive_once(self, make_context: Callable[[Run], Any]) -> None:
+        try:
+            limit = self.definition.max_history_steps or self.services.max_history_steps
+            if self.journal and max(self.journal) > limit:  # a run recorded under a higher limit
+                self._next_step = max(self.journal)
+                self.alloc_step()  # raises HistoryLimitError: fails it without replaying
+            args = decode_args(self.services.codec, self.state.args, self.definition.param_types)
+            value = await self.definition.fn(make_context(self), *args)
+            if self.torn_down is not None:
+                return  # the workflow swallowed its teardown: record nothing, resume later
+            if self.terminating is not None:
+                raise asyncio.CancelledError()
+            if self.fatal is not None:
+                raise RunEnding(self.fatal)
+            if self.journal:
+                step = min(self.journal)
+                rec = self.journal[step]
+                self.nondeterminism(step, f"{rec.kind} {rec.name!r}", "nothing (it returned)")
+            payload = self.encode_result(value, f"result of workflow {self.id!r}")
+            await self.finish("completed", result=payload)
+        except RunEnding as ending:
+            if self.torn_down is not None:
+                raise
+            await self.finish("failed", error=records.error_info(ending.error))
+        except asyncio.CancelledError:
+            if self.torn_down is not None:
+                raise
+            if self.terminating == "timed_out":
+                await self.finish(
+                    "timed_out",
+                    error=ErrorInfo(
+                        type="WorkflowTimeoutError",
+                        message="the run exceeded its execution_timeout",
+                        code="WorkflowTimeoutError",
+                    ),
+                )
+            elif self.cancel_requested:
+                await self.finish("cancelled")
+            else:
+                await self.finish("failed", error=records.error_info(asyncio.CancelledError()))
+        except Exception as exc:
+            if self.torn_down is not None or isinstance(exc, ENGINE_FAILURES):
+                raise  # an engine failure, never the workflow's outcome: drive() tears down
+            await self.finish("failed", error=records.error_info(self.fatal or exc))
+
+    async def answers_written(self) -> None:
+        """Wait until every answer given with respond() is stored (the run is torn down
+        if one could not be: replay gives it again), then check the run is still ours."""
+        while self.answering:
+            writing = list(self.answering)
+            await asyncio.gather(*writing, return_exceptions=True)
+            self.answering.difference_update(writing)
+        self._refuse_if_torn_down()
+
+    async def finish(
+        self, status: str, *, result: bytes | None = None, error: ErrorInfo | None = None
+    ) -> None:
+        """Commit the run's end, with its children's close policies in the same batch."""
+        await self.answers_written()
+        host = self.services.children
+        while True:
+            plan = None
+            if self.has_children and host is not None:
+                plan = await host.close_plan(self.id, self.services.clock.now())
+            if await self._commit_end(status, result, error, plan):
+                break
+        self.emit(status)  # type: ignore[arg-type]
+        if plan is not None and plan.asked and host is not None:
+            await host.close_children(self.id, plan.asked)
+
+    async def _commit_end(
+        self,
+        status: str,
+        result: bytes | None,
+        error: ErrorInfo | None,
+        plan: ClosePlan | None,
+    ) -> bool:
+        """Write the terminal state. ``False`` if a child changed since ``plan`` was read."""
+        async with self._lock:
+            old = self.state
+            now = self.services.clock.now()
+            new = msgspec.structs.replace(
+                old, status=status, result=result, error=error, updated_at=now, ended_at=now
+            )
+            raw = records.encode(new)
+            ops: list[Op] = [Put(key=keys.wf(self.id), value=raw), Delete(key=keys.wake(self.id))]
+            ops += status_change_ops(old, new)
+            claims = self.services.claims
+            if claims is not None:
+                ops += claims.release_ops(self.id)
+            for step in sorted(self._open_pendings):
+                ops.append(Delete(key=keys.pending(self.id, step)))
+            staged, self.staged = self.staged, {}
+            ops += staged.values()
+            conditions = [Expect(key=keys.wf(self.id), value=self.state_raw)]
+            if plan is not None:
+                ops += plan.ops
+                conditions += plan.conditions
+            if not await self.services.committer.commit(ops, conditions, workflow_id=self.id):
+                self.staged = {**staged, **self.staged}
+                if plan is None or not plan.conditions:
+                    raise Superseded()
+                if await self.services.storage.get(keys.wf(self.id)) != self.state_raw:
+                    raise Superseded()
+                return False  # a child moved on meanwhile: read the children again
+            self.state, self.state_raw = new, raw
+            self._open_pendings.clear()
+            if claims is not None:
+                claims.forget(self.id)
+        return True
+
+
+def status_change_ops(old: WorkflowState, new: WorkflowState) -> list[Op]:
+    """Index maintenance when the state record changes from ``old`` to ``new``."""
+    ops: list[Op] = []
+    if old.updated_at != new.updated_at:
+        ops.append(Delete(key=keys.updated_index(old.id, old.updated_at)))
+        ops.append(Put(key=keys.updated_index(new.id, new.updated_at), value=b""))
+    if old.status == new.status:
+        return ops
+    for key in keys.status_index_keys(old.id, old.type, old.status, old.created_at):
+        ops.append(Delete(key=key))
+    for key in keys.status_index_keys(old.id, old.type, new.status, old.created_at):
+        ops.append(Put(key=key, value=b""))
+    if new.status in records.TERMINAL_STATUSES:
+        ended = new.ended_at if new.ended_at is not None else new.updated_at
+        ops.append(Put(key=keys.end_index(new.status, ended, new.id), value=b""))
+    return ops
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, Superseded):
+        return "another writer advanced or ended the run"
+    if isinstance(exc, EngineDeposedError):
+        return f"this engine lost ownership: {exc}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)

@@ -1,0 +1,200 @@
+"""The activity step: execute with retries, durable backoff, timeouts and a budget."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import logging
+from typing import Any
+
+from pyweft.definitions import ActivityDefinition, RetryPolicy
+from pyweft.engine.replay import records
+from pyweft.engine.replay.operations import operation
+from pyweft.engine.replay.records import ErrorInfo, PendingStep, StepRecord
+from pyweft.engine.replay.run import Run
+from pyweft.engine.steps.activity_scope import ActivityScope, activity_scope
+from pyweft.errors import ActivityError, ActivityTimeoutError, PayloadError
+
+log = logging.getLogger("pyweft.activities")
+
+
+def activity_error(rec: StepRecord) -> ActivityError:
+    err = rec.error or ErrorInfo(type="Exception", message="")
+    return ActivityError(
+        f"activity {rec.name!r} (step {rec.step}) failed after {rec.attempts} attempt(s): "
+        f"{err.type}: {err.message}",
+        activity_name=rec.name,
+        step=rec.step,
+        attempts=rec.attempts,
+        error_type=err.type,
+        error_message=err.message,
+    )
+
+
+@operation
+async def run_activity(
+    run: Run,
+    step: int,
+    act: ActivityDefinition,
+    args: tuple[Any, ...],
+    retry: RetryPolicy,
+    timeout_s: float | None,
+    budget_s: float | None,
+) -> Any:
+    """One activity step: replayed from the journal, or executed until it succeeds or gives up."""
+    rec = run.replay(step, "activity", act.name)
+    codec = run.services.codec
+    if rec is not None:
+        if rec.ok:
+            return None if rec.value is None else _decode_result(codec, rec.value, act, step)
+        raise activity_error(rec)
+    await run.enter_live()
+    clock = run.services.clock
+    pend = run.take_pending(step, "activity", act.name)
+    carried = run.carried.pop(step, None)
+    if carried is not None and carried.name == act.name:
+        # It ran in this engine before a storage failure hid whether its outcome was
+        # stored: store that outcome now rather than running the activity again.
+        await run.commit_step(carried)
+        if carried.ok:
+            return None if carried.value is None else codec.decode(carried.value, act.result_type)
+        raise activity_error(carried)
+    attempt = pend.attempt if pend else 0
+    first = pend.first_started_at if pend else clock.now()
+    if pend is not None and pend.deadline > clock.now():
+        await run.live(run.wait_until(pend.deadline))
+    while True:
+        attempt += 1
+        attempt_timeout = timeout_s
+        if budget_s is not None:
+            left = budget_s - (clock.now() - first)
+            attempt_timeout = left if timeout_s is None else min(timeout_s, left)
+        scope = ActivityScope(
+            workflow_id=run.id,
+            workflow_type=run.definition.name,
+            activity=act.name,
+            step=step,
+            attempt=attempt,
+        )
+        try:
+            if attempt_timeout is not None and attempt_timeout <= 0:
+                raise ActivityTimeoutError(
+                    f"activity {act.name!r} ran out of its schedule_to_close budget"
+                )
+            with activity_scope(scope):
+                value = await run.live(_execute(run, act, args, attempt_timeout))
+            payload = run.encode_result(value, f"result of activity {act.name!r}")
+            result = _decode_result(codec, payload, act, step)  # before it is recorded as done
+        except Exception as exc:
+            now = clock.now()
+            delay = retry.delay_after(attempt)
+            give_up = (
+                isinstance(exc, PayloadError)
+                or not retry.is_retryable(exc)
+                or attempt >= retry.max_attempts
+                or (budget_s is not None and now + delay - first >= budget_s)
+            )
+            info = records.error_info(exc)
+            if give_up:
+                failed = StepRecord(
+                    step=step,
+                    kind="activity",
+                    name=act.name,
+                    ok=False,
+                    started_at=first,
+                    finished_at=now,
+                    attempts=attempt,
+                    error=info,
+                )
+                await run.commit_step(failed)
+                raise activity_error(failed) from exc
+            log.info(
+                "activity %s (workflow %s step %d) attempt %d failed: %s; retrying in %.3fs",
+                act.name,
+                run.id,
+                step,
+                attempt,
+                info.message,
+                delay,
+                extra=scope.extras(),
+            )
+            retry_at = now + delay
+            await run.commit_pending(
+                PendingStep(
+                    step=step,
+                    kind="activity",
+                    name=act.name,
+                    deadline=retry_at,
+                    attempt=attempt,
+                    first_started_at=first,
+                    last_error=info,
+                )
+            )
+            await run.live(run.wait_until(retry_at))
+            continue
+        done = StepRecord(
+            step=step,
+            kind="activity",
+            name=act.name,
+            ok=True,
+            started_at=first,
+            finished_at=clock.now(),
+            attempts=attempt,
+            value=payload,
+        )
+        await run.commit_step(done)
+        return result
+
+
+def _decode_result(codec: Any, payload: bytes, act: ActivityDefinition, step: int) -> Any:
+    try:
+        return codec.decode(payload, act.result_type)
+    except PayloadError as exc:
+        raise PayloadError(
+            f"activity {act.name!r} (step {step}) returned a value that does not match its "
+            f"return annotation: {exc} Return what the annotation says, or fix the annotation.",
+            path=exc.path,
+        ) from exc
+
+
+async def _execute(
+    run: Run, act: ActivityDefinition, args: tuple[Any, ...], timeout_s: float | None
+) -> Any:
+    if act.is_async:
+        if timeout_s is None:
+            return await act.fn(*args)
+        return await _with_timeout(run, asyncio.ensure_future(act.fn(*args)), act, timeout_s)
+    loop = asyncio.get_running_loop()
+    call = functools.partial(contextvars.copy_context().run, act.fn, *args)  # keeps the scope
+    fut = loop.run_in_executor(run.services.executor, call)
+    if timeout_s is None:
+        return await fut
+    return await _with_timeout(run, fut, act, timeout_s)
+
+
+async def _with_timeout(
+    run: Run, fut: asyncio.Future[Any], act: ActivityDefinition, timeout_s: float
+) -> Any:
+    """Await ``fut`` but cancel it once ``timeout_s`` passes on the engine clock."""
+    expired = False
+
+    def expire() -> None:
+        nonlocal expired
+        expired = True
+        fut.cancel()
+
+    clock = run.services.clock
+    handle = clock.call_at(clock.now() + timeout_s, expire)
+    try:
+        return await fut
+    except asyncio.CancelledError:
+        if expired:
+            raise ActivityTimeoutError(
+                f"activity {act.name!r} attempt timed out after {timeout_s:.3f}s"
+            ) from None
+        raise
+    finally:
+        handle.cancel()
+        if not fut.done():
+            fut.cancel()

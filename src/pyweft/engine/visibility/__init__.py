@@ -1,0 +1,1 @@
+"""Reading runs for people and tools: describe, list and filter, history, results."""
