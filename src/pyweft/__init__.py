@@ -13,14 +13,14 @@ from pyweft.codec import DefaultPayloadCodec, PayloadCodec
 from pyweft.definitions import RetryPolicy, activity, workflow
 from pyweft.durations import format_duration, parse_duration
 from pyweft.engine.composition.saga import Saga
+from pyweft.engine.context import WorkflowContext
 from pyweft.engine.engine import Engine
 from pyweft.engine.handle import WorkflowHandle
-from pyweft.engine.messages.events import WorkflowEvent
 from pyweft.engine.messages.reviews import Escalation, ReviewDecision, ReviewInfo
 from pyweft.engine.messages.updates import UpdateRequestHandle
 from pyweft.engine.ownership import StoreOwnership
 from pyweft.engine.ownership.lease import LeaseHealth
-from pyweft.engine.replay.context import WorkflowContext
+from pyweft.engine.replay.events import WorkflowEvent
 from pyweft.engine.replay.info import Page, RunInfo, StepInfo, WorkflowInfo
 from pyweft.engine.replay.records import ErrorInfo
 from pyweft.engine.replay.stats import EngineStats

@@ -409,7 +409,7 @@ def _is_workflow_context(cls: type) -> bool:
     """``cls`` is WorkflowContext or a subclass (by name: the engine imports this module,
     so importing the engine's context here would make an import cycle)."""
     return any(
-        c.__name__ == "WorkflowContext" and c.__module__ == "pyweft.engine.replay.context"
+        c.__name__ == "WorkflowContext" and c.__module__ == "pyweft.engine.context"
         for c in cls.__mro__
     )
 

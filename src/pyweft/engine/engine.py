@@ -35,7 +35,6 @@ from pyweft.engine.control import commands, creation, maintenance
 from pyweft.engine.control.core import EngineCore
 from pyweft.engine.handle import WorkflowHandle, check_result_type
 from pyweft.engine.messages import run_queries, terminal_events
-from pyweft.engine.messages.events import WorkflowEvent
 from pyweft.engine.messages.reviews import ReviewDesk, ReviewInfo
 from pyweft.engine.messages.signals import SignalSender
 from pyweft.engine.messages.updates import HOOKS as UPDATE_HOOKS
@@ -60,6 +59,7 @@ from pyweft.engine.ownership.identity import (
 )
 from pyweft.engine.ownership.lease import LeaseHealth, LeaseManager
 from pyweft.engine.replay import keys
+from pyweft.engine.replay.events import WorkflowEvent
 from pyweft.engine.replay.info import Page, WorkflowInfo
 from pyweft.engine.replay.redrive import Redriver
 from pyweft.engine.replay.residency import DEFAULT_MAX_CACHED_RUNS
@@ -82,7 +82,7 @@ from pyweft.storage.file_lock import StoreFileLock
 from pyweft.storage.sqlite import SQLiteStorage
 
 if TYPE_CHECKING:
-    from pyweft.engine.replay.context import WorkflowContext
+    from pyweft.engine.context import WorkflowContext
 
 log = logging.getLogger("pyweft.engine")
 

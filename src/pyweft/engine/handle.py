@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pyweft.durations import parse_optional_duration
-from pyweft.engine.messages.events import WorkflowEvent
 from pyweft.engine.messages.updates import OMITTED
+from pyweft.engine.replay.events import WorkflowEvent
 from pyweft.engine.replay.info import WorkflowInfo
 from pyweft.engine.visibility.reader import History
 from pyweft.errors import InvalidArgumentError

@@ -41,7 +41,7 @@ from pyweft.sync.handle import WorkflowHandle
 from pyweft.sync.loop import LoopThread, closed_error
 
 if TYPE_CHECKING:
-    from pyweft.engine.replay.context import WorkflowContext
+    from pyweft.engine.context import WorkflowContext
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable
 from types import TracebackType
 from typing import Any
 
-from pyweft.engine.messages.events import WorkflowEvent
+from pyweft.engine.replay.events import WorkflowEvent
 from pyweft.errors import EngineClosedError
 from pyweft.sync.loop import LoopThread
 

@@ -27,7 +27,7 @@ from pyweft.durations import DurationLike, parse_duration
 from pyweft.errors import ActivityError
 
 if TYPE_CHECKING:
-    from pyweft.engine.replay.context import WorkflowContext
+    from pyweft.engine.context import WorkflowContext
     from pyweft.engine.replay.run import Run
 
 log = logging.getLogger("pyweft.saga")

@@ -1,3 +1,2 @@
 """The engine's shared core and what it does to runs from outside: creation, cancel /
-suspend / resume / fail, lifecycle, maintenance (fork, purge, retention), quarantine
-of corrupt records and integrity checks."""
+suspend / resume / fail, lifecycle, maintenance (fork, purge, retention)."""

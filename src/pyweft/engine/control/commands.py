@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from pyweft.engine.control import lifecycle, quarantine
+from pyweft.engine.control import lifecycle
+from pyweft.engine.replay import quarantine
 from pyweft.engine.replay.records import TERMINAL_STATUSES, ErrorInfo
 from pyweft.engine.replay.recovery import ids_with_status
 from pyweft.engine.replay.run import Superseded

@@ -17,12 +17,12 @@ from pyweft.codec import PayloadCodec, encode_args, payload_size_error
 from pyweft.definitions import ActivityDefinition, WorkflowDefinition, workflow_definition_of
 from pyweft.engine.composition import children
 from pyweft.engine.composition.children import ClosePlan
-from pyweft.engine.control import lifecycle, quarantine
-from pyweft.engine.messages.events import EventBus, WorkflowEvent
+from pyweft.engine.context import WorkflowContext
+from pyweft.engine.control import lifecycle
 from pyweft.engine.ownership.claims import ClaimRegistry
-from pyweft.engine.replay import keys, records
+from pyweft.engine.replay import keys, quarantine, records
 from pyweft.engine.replay.commit import Committer
-from pyweft.engine.replay.context import WorkflowContext
+from pyweft.engine.replay.events import EventBus, WorkflowEvent
 from pyweft.engine.replay.info import to_datetime
 from pyweft.engine.replay.records import TERMINAL_STATUSES, ErrorInfo, WorkflowState
 from pyweft.engine.replay.redrive import Redriver

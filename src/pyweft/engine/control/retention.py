@@ -18,10 +18,9 @@ import asyncio
 import logging
 
 from pyweft.clock import TimerHandle
-from pyweft.engine.control import quarantine
 from pyweft.engine.control.core import EngineCore
 from pyweft.engine.control.purge import purge_run
-from pyweft.engine.replay import keys, records
+from pyweft.engine.replay import keys, quarantine, records
 from pyweft.engine.replay.records import TERMINAL_STATUSES
 from pyweft.errors import CorruptRecordError
 from pyweft.storage.base import Delete

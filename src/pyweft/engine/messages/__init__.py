@@ -1,2 +1,2 @@
-"""Messages to and from runs: signals, updates, queries, conditions, human reviews,
-wake-up markers, and the event stream (run events, terminal events)."""
+"""Messages to and from running workflows: signals, updates, queries, conditions, human
+reviews, wake-up markers and the stream of terminal events."""

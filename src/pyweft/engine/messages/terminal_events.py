@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import TYPE_CHECKING
 
-from pyweft.engine.control.core import EngineCore
-from pyweft.engine.messages.events import WorkflowEvent
+from pyweft.engine.replay.events import WorkflowEvent
 from pyweft.engine.replay.info import to_datetime
 from pyweft.engine.replay.records import TERMINAL_STATUSES, WorkflowState
 from pyweft.errors import EngineClosedError, PyweftError, WorkflowNotFoundError
+
+if TYPE_CHECKING:
+    from pyweft.engine.control.core import EngineCore
 
 log = logging.getLogger("pyweft.events")
 

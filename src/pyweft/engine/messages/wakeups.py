@@ -20,9 +20,8 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING
 
-from pyweft.engine.control import quarantine
 from pyweft.engine.messages import run_queries
-from pyweft.engine.replay import keys, records
+from pyweft.engine.replay import keys, quarantine, records
 from pyweft.engine.replay.commit import WAKE_TOPIC
 from pyweft.engine.replay.run import Run
 from pyweft.errors import CorruptRecordError

@@ -1,2 +1,3 @@
-"""The replay core: a run, its journal and commits, its waits, and what keeps runs
-driven (recovery, re-driving after a storage failure, residency of idle runs)."""
+"""The replay core, which every other part builds on: a run, its journal and commits,
+its waits and events, loading runs (recovery, quarantine of corrupt records) and keeping
+them driven (re-driving after a storage failure, residency of idle runs)."""

@@ -2,7 +2,7 @@
 
 A run with a record that cannot be decoded raises
 :class:`~pyweft.errors.CorruptRecordError` from :func:`load_run`; recovery
-quarantines it (see :mod:`pyweft.engine.control.quarantine`), and this process then
+quarantines it (see :mod:`pyweft.engine.replay.quarantine`), and this process then
 leaves it out of :func:`ids_with_status`, so periodic scans (recovery, the
 reclaim of stale claims) neither retry nor re-log it.
 """

@@ -27,9 +27,9 @@ import msgspec
 from pyweft.clock import Clock
 from pyweft.codec import PayloadCodec, decode_args, payload_size_error
 from pyweft.definitions import ActivityDefinition, WorkflowDefinition
-from pyweft.engine.messages.events import EventBus, EventKind, WorkflowEvent
 from pyweft.engine.replay import keys, operations, records
 from pyweft.engine.replay.commit import Committer
+from pyweft.engine.replay.events import EventBus, EventKind, WorkflowEvent
 from pyweft.engine.replay.info import to_datetime
 from pyweft.engine.replay.records import (
     AppliedUpdate,

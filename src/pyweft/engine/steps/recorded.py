@@ -1,4 +1,4 @@
-"""Values that must come out the same on replay: memo, version pins, continue-as-new."""
+"""Values that must come out the same on replay: memo and version pins."""
 
 from __future__ import annotations
 

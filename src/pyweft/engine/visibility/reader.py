@@ -11,13 +11,12 @@ from typing import Any
 
 from pyweft.codec import PayloadCodec
 from pyweft.definitions import WorkflowDefinition
-from pyweft.engine.control import integrity, quarantine
-from pyweft.engine.replay import keys, records
+from pyweft.engine.replay import keys, quarantine, records
 from pyweft.engine.replay.info import FAR_PAST, Page, StepInfo, WorkflowInfo, to_datetime
 from pyweft.engine.replay.records import ALL_STATUSES, WorkflowState
 from pyweft.engine.replay.recovery import load_run
 from pyweft.engine.steps import attributes
-from pyweft.engine.visibility import query
+from pyweft.engine.visibility import integrity, query
 from pyweft.engine.visibility.query import RunFilter
 from pyweft.errors import (
     CorruptRecordError,

@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pyweft.engine.control import quarantine
-from pyweft.engine.replay import keys, records
+from pyweft.engine.replay import keys, quarantine, records
 from pyweft.errors import CorruptRecordError
 from pyweft.storage.base import Storage
 
