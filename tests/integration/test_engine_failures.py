@@ -292,3 +292,34 @@ def _status_is(engine: Engine, workflow_id: str, wanted: set[str]) -> Callable[[
         return (await engine.describe(workflow_id)).status in wanted
 
     return check
+
+
+@workflow
+async def kid(ctx: WorkflowContext, order: str) -> str:
+    await ctx.run(ship, order)
+    return f"kid shipped {order}"
+
+
+@workflow
+async def parent_of_kid(ctx: WorkflowContext, order: str) -> str:
+    return str(await ctx.start_child(kid, order, id="the-kid"))
+
+
+@pytest.mark.parametrize("ownership", ["none", "workflow-lease"])
+async def test_a_child_created_by_a_commit_whose_reply_was_lost_is_still_driven(
+    ownership: str,
+) -> None:
+    from pyweft.testing import FaultyStorage
+
+    faults = FaultyStorage(MemoryStorage())
+    # The parent's commit that creates the child lands, but its reply is lost: the
+    # parent is torn down before it launches the child.
+    faults.fail_nth_write(
+        match=lambda ops: any(isinstance(op, Put) and op.key == keys.wf("the-kid") for op in ops),
+        outcome_unknown=True,
+    )
+    async with Engine(faults, workflows=[parent_of_kid, kid], ownership=ownership) as engine:
+        handle = await engine.start(parent_of_kid, "o-1", id="p")
+        assert await handle.result(timeout=10) == "kid shipped o-1"
+        assert engine.stats().storage_failures == 1
+    assert ledger["ship"] == 1

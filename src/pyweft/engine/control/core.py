@@ -520,8 +520,14 @@ class EngineCore:
         return ops, conds, launch
 
     async def wait_terminal(self, workflow_id: str) -> WorkflowState:
-        """The run's terminal state, waiting for it (locally driven or not)."""
+        """The run's terminal state, waiting for it (locally driven or not).
+
+        A running child that nobody drives here is taken up once (when this engine may
+        drive it): a child created by a commit whose reply was lost was never launched,
+        and its parent, re-driven from the journal, would otherwise wait for ever.
+        """
         delay = 0.01
+        adopted = False
         while True:
             await self.settled(workflow_id)
             await self.redriver.wait(workflow_id)
@@ -534,6 +540,10 @@ class EngineCore:
             state = await self.visibility.state(workflow_id)
             if state.status in TERMINAL_STATUSES:
                 return state
+            if not adopted and state.status == "running" and self.drives:
+                adopted = True
+                if await self.resume_run(workflow_id):
+                    continue
             await asyncio.sleep(delay)
             delay = min(delay * 2, self.poll_interval)
 
