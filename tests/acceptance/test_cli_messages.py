@@ -250,7 +250,8 @@ async def test_an_update_that_times_out_prints_its_id_and_update_result_fetches_
     assert early.code == 1, early.output
     first, hint = early.stderr.strip().splitlines()
     assert first.startswith("error: UpdateTimeoutError: ")
-    found = re.search(r"`pyweft workflows update-result (\w+)`", hint)
+    # The hint keeps the --db the user passed, so it can be pasted as it is.
+    found = re.search(r"`pyweft workflows update-result (\w+) --db \S+`", hint)
     assert found is not None, hint
     update_id = found.group(1)
     assert update_id in first

@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 import typer
 
 from pyweft import PyweftError, UpdateTimeoutError, WorkflowInfo
-from pyweft.cli import DbOption, JsonOption, forks, json_argument, render, run, runs
+from pyweft.cli import DbOption, JsonOption, db_flag, forks, json_argument, render, run, runs
 from pyweft.cli.render import escape
 from pyweft.cli.runs import IdArgument
 from pyweft.cli.store import open_engine
@@ -133,7 +133,7 @@ async def _update(
 
 
 def _timed_out(
-    name: str, idempotency_key: str | None, as_json: bool
+    name: str, idempotency_key: str | None, as_json: bool, db: str | None
 ) -> Callable[[PyweftError], None]:
     """After an UpdateTimeoutError's red line: the update id and how to fetch its answer."""
 
@@ -148,7 +148,7 @@ def _timed_out(
         )
         render.hint(
             f"update id {exc.update_id}: the update stays queued. Fetch its answer later with "
-            f"`pyweft workflows update-result {exc.update_id}` (same --db){again}"
+            f"`pyweft workflows update-result {exc.update_id}{db_flag(db)}`{again}"
         )
         if as_json:
             render.print_json(
@@ -196,7 +196,7 @@ def update_run(
     value = () if payload is None else (json_argument(payload, "PAYLOAD_JSON"),)
     answer = run(
         _update(db, workflow_id, name, value, timeout, idempotency_key),
-        on_error=_timed_out(name, idempotency_key, as_json),
+        on_error=_timed_out(name, idempotency_key, as_json, db),
     )
     if as_json:
         render.print_json(
@@ -308,7 +308,7 @@ def suspend_run(workflow_id: IdArgument, db: DbOption = None) -> None:
         return
     out.print(
         f"{escape(workflow_id)} is now {render.status_text(after.status)}; "
-        f"`pyweft workflows resume {escape(workflow_id)}` continues it",
+        f"`pyweft workflows resume {escape(workflow_id)}{escape(db_flag(db))}` continues it",
         soft_wrap=True,
     )
 
