@@ -12,6 +12,7 @@ from pyweft.definitions import ActivityDefinition, RetryPolicy
 from pyweft.engine import records
 from pyweft.engine.activity_scope import ActivityScope, activity_scope
 from pyweft.engine.operations import operation
+from pyweft.engine.ownership import confirm_owned
 from pyweft.engine.records import ErrorInfo, PendingStep, StepRecord
 from pyweft.engine.run import Run
 from pyweft.errors import ActivityError, ActivityTimeoutError, PayloadError
@@ -77,6 +78,8 @@ async def run_activity(
             step=step,
             attempt=attempt,
         )
+        # A deposed engine must not start what its successor may run too.
+        await confirm_owned(run.services.committer.fence, run.id)
         try:
             if attempt_timeout is not None and attempt_timeout <= 0:
                 raise ActivityTimeoutError(

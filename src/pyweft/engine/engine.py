@@ -267,7 +267,8 @@ class Engine:
         self._use_ownership(ownership)
         self._claim_timer: TimerHandle | None = None
         self._closing: asyncio.Future[None] | None = None
-        self._claim_task: asyncio.Task[None] | None = None
+        self._claim_task: asyncio.Task[None] | None = None  # the reclaim scan
+        self._renew_task: asyncio.Task[None] | None = None
         self._detector = (
             SecondInstanceDetector(
                 store,
@@ -570,7 +571,12 @@ class Engine:
             self._store_lock.release()
 
     def _arm_claims(self) -> None:
-        """Renew our claims and take over abandoned runs, every claim renewal interval."""
+        """Renew our claims and take over abandoned runs, every claim renewal interval.
+
+        Two independent single-flight tasks: a reclaim scan busy taking over thousands
+        of runs must never hold up the renewal of the claims this engine already has
+        (its peers would then take healthy runs from it).
+        """
         claims = self._core.claims
         if claims is None or self._core.state != "open":
             return
@@ -578,21 +584,29 @@ class Engine:
         def due() -> None:
             if self._core.state != "open":
                 return
+            loop = asyncio.get_running_loop()
+            if self._renew_task is None or self._renew_task.done():
+                self._renew_task = loop.create_task(self._renew_cycle())
             if self._claim_task is None or self._claim_task.done():
-                self._claim_task = asyncio.get_running_loop().create_task(self._claim_cycle())
+                self._claim_task = loop.create_task(self._claim_cycle())
             self._arm_claims()
 
         self._claim_timer = self.clock.call_at(self.clock.now() + claims.renew_interval, due)
 
-    async def _claim_cycle(self) -> None:
+    async def _renew_cycle(self) -> None:
         claims = self._core.claims
         if claims is None:
             return
         try:
             await claims.renew_all()
+        except Exception:
+            log.exception("claim renewal failed; retrying next interval")
+
+    async def _claim_cycle(self) -> None:
+        try:
             await self._core.reclaim()
         except Exception:
-            log.exception("claim renewal / reclaim cycle failed; retrying next interval")
+            log.exception("reclaim scan failed; retrying next interval")
 
     async def reclaim(self) -> int:
         """``workflow-lease``: take over runs whose owner stopped renewing; returns how many."""
