@@ -58,6 +58,7 @@ from pyweft.engine.residency import DEFAULT_MAX_CACHED_RUNS
 from pyweft.engine.reviews import ReviewDesk, ReviewInfo
 from pyweft.engine.run import RunServices
 from pyweft.engine.signals import SignalSender
+from pyweft.engine.stalls import StallMonitor
 from pyweft.engine.stats import EngineStats
 from pyweft.engine.updates import OMITTED, UpdateClient
 from pyweft.engine.visibility import Group, History
@@ -100,6 +101,9 @@ class Engine:
     ``max_cached_runs``: how many runs stay in memory; past it, runs idle in a
     wait (signal, update, condition, review, sleep) are evicted, oldest first,
     and replayed from their journal when something concerns them.
+    ``stall_threshold``: an event loop blocked this long is logged, naming the
+    activity that blocked it (``None``: off); a run whose activity keeps stalling
+    the engine past its claims or lease is failed (``EventLoopStall``).
     """
 
     supported_schema_version: int = keys.SCHEMA_VERSION
@@ -134,6 +138,7 @@ class Engine:
         claim_ttl: Duration = 30.0,
         claim_renew_interval: Duration = 5.0,
         max_cached_runs: int = DEFAULT_MAX_CACHED_RUNS,
+        stall_threshold: Duration | None = 1.0,
     ) -> None:
         for option, given in (("workflows", workflows), ("activities", activities)):
             if callable(given) or isinstance(given, str):
@@ -257,6 +262,13 @@ class Engine:
                 claim_renew_interval, field="claim_renew_interval"
             ),
         }
+        self._stall_threshold = parse_optional_duration(stall_threshold, field="stall_threshold")
+        if self._stall_threshold is not None and self._stall_threshold <= 0:
+            raise ConfigurationError(
+                f"stall_threshold must be a positive duration (or None to turn the event-loop "
+                f"stall warning off), got {stall_threshold!r}"
+            )
+        self._stalls: StallMonitor | None = None
         self.ownership = ownership
         """The ownership mode in use. ``ownership=None`` (the default) picks the mode the
         store already records, else ``"none"`` on SQLite and memory and
@@ -497,6 +509,7 @@ class Engine:
             await self._wakeups.start()  # it tidies wake markers: nothing to do read-only
         if core.claims is not None:
             self._arm_claims()
+        self._watch_stalls()
         if self._detector is not None:
             self._detector.start()
 
@@ -541,6 +554,8 @@ class Engine:
             await asyncio.gather(self._claim_task, return_exceptions=True)
         if self._detector is not None:
             await self._detector.stop()
+        if self._stalls is not None:
+            await self._stalls.stop()
         self._sweeper.stop()
         await self._wakeups.stop()
         await core.residency.close()
@@ -569,6 +584,22 @@ class Engine:
             await core.storage.close()
         if self._store_lock is not None:
             self._store_lock.release()
+
+    def _watch_stalls(self) -> None:
+        """Warn about event-loop stalls; stop a run whose activity keeps costing this
+        engine its claims or lease (see ``engine/stalls.py``)."""
+        if self._stall_threshold is None or self.role != "engine":
+            return
+        opts = self._ownership_options
+        at_risk: float | None = None
+        if self._core.claims is not None:
+            at_risk = opts["claim_ttl"] - 2 * opts["claim_renew_interval"]
+        elif self._lease is not None:
+            at_risk = opts["lease_ttl"] - 2 * opts["lease_renew_interval"]
+        self._stalls = StallMonitor(
+            self._core, threshold_s=self._stall_threshold, at_risk_s=at_risk
+        )
+        self._stalls.start()
 
     def _arm_claims(self) -> None:
         """Renew our claims and take over abandoned runs, every claim renewal interval.
