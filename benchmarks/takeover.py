@@ -42,6 +42,7 @@ from psycopg import sql
 
 from pyweft import Engine, WorkflowContext, workflow
 from pyweft.engine.ownership.claims import decode_holder
+from pyweft.engine.recovery import ids_with_status
 from pyweft.storage import PostgresStorage
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -67,6 +68,8 @@ async def worker(cfg: dict[str, Any]) -> None:
         claim_renew_interval=cfg["renew"],
         poll_interval=0.2,
     ) as engine:
+        if cfg.get("trace"):
+            _trace(engine)
         (control / f"ready-{name}").write_text(str(os.getpid()))
         ids = [f"{name}-{i:05d}" for i in range(cfg["runs"])]
         for i in range(0, len(ids), 500):
@@ -81,12 +84,34 @@ async def worker(cfg: dict[str, Any]) -> None:
             await asyncio.sleep(0.05)
 
 
+def _trace(engine: Engine) -> None:
+    """``--verbose``: print how long each renewal pass and reclaim scan took."""
+    claims, core = engine._core.claims, engine._core
+    assert claims is not None
+    renew_all, reclaim = claims._renew_all, core.reclaim
+
+    async def timed_renew() -> None:
+        t0, n = time.perf_counter(), len(claims.claims)
+        await renew_all()
+        print(f"{time.time():.3f} renew pass: {n} claims in {time.perf_counter() - t0:.3f}s")
+
+    async def timed_reclaim() -> int:
+        t0 = time.perf_counter()
+        taken = await reclaim()
+        print(f"{time.time():.3f} reclaim: took {taken} in {time.perf_counter() - t0:.3f}s")
+        return taken
+
+    claims._renew_all = timed_renew  # type: ignore[method-assign]
+    core.reclaim = timed_reclaim  # type: ignore[method-assign]
+
+
 def spawn(cfg: dict[str, Any], log: Path) -> subprocess.Popen[bytes]:
     with open(log, "wb") as out:
         return subprocess.Popen(
             [sys.executable, __file__, "--worker", json.dumps(cfg)],
             stdout=out,
             stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
             stdin=subprocess.DEVNULL,
         )
 
@@ -129,6 +154,7 @@ async def trial(base: str, args: argparse.Namespace) -> dict[str, float]:
                 "runs": runs[name],
                 "ttl": args.ttl,
                 "renew": args.renew,
+                "trace": args.verbose,
             }
             procs[name] = spawn(cfg, control / f"{name}.log")
         t0 = time.monotonic()
@@ -150,24 +176,27 @@ async def trial(base: str, args: argparse.Namespace) -> dict[str, float]:
             deadline = killed + 6 * (args.ttl + 2 * args.renew + 2)
             while (owned_at is None or pending) and time.monotonic() < deadline:
                 now_ms = time.time() * 1000
+                held = await holders(storage)
+                completed = set(await ids_with_status(storage, "completed"))
                 if owned_at is None:
-                    held = await holders(storage)
                     live = sum(
                         1
                         for rid in victim_ids
-                        if (h := held.get(rid)) is not None
-                        and h[0] != "bench-victim"
-                        and h[2] > now_ms
+                        if rid in completed  # signalled, taken over and finished
+                        or (
+                            (h := held.get(rid)) is not None
+                            and h[0] != "bench-victim"
+                            and h[2] > now_ms
+                        )
                     )
-                    done = len(sample) - len(pending)  # completed runs drop their claim
-                    if live + done >= len(victim_ids):
+                    if args.verbose:
+                        print(f"      {time.monotonic() - killed:6.2f}s owned {live}")
+                    if live >= len(victim_ids):
                         owned_at = time.monotonic() - killed
-                for rid in list(pending)[:50]:
-                    if (await client.describe(rid)).status == "completed":
-                        pending.discard(rid)
+                pending -= completed
                 if not pending and answered_at is None:
                     answered_at = time.monotonic() - killed
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(0.1)
         after = await holders(storage)
         moved = sum(1 for k, v in healthy.items() if k in after and after[k][:2] != v)
         gone = sum(1 for k in healthy if k not in after)
@@ -200,6 +229,7 @@ async def main() -> None:
     parser.add_argument("--renew", type=float, default=1.0)
     parser.add_argument("--sample", type=int, default=200)
     parser.add_argument("--trials", type=int, default=1)
+    parser.add_argument("--verbose", action="store_true", help="print progress after the kill")
     args = parser.parse_args()
     bound = args.ttl + 2 * args.renew + 2
     print(

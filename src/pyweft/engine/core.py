@@ -35,7 +35,6 @@ from pyweft.errors import (
 from pyweft.storage.base import Expect, Op, Put, Storage
 
 log = logging.getLogger("pyweft.engine")
-_RECLAIM_CONCURRENCY = 32  # runs loaded at once by a reclaim scan
 
 
 class EngineCore:
@@ -395,8 +394,9 @@ class EngineCore:
         Batched, so that thousands of runs of a dead engine move within one scan: the
         holders are read with one scan, the candidates' state records and epochs with
         concurrent reads (grouped by the store), the claims taken with concurrent
-        conditional batches (one statement per group on PostgreSQL), and only then are
-        the runs loaded, a bounded number at a time. Runs this engine cannot drive
+        conditional batches (one statement per group on PostgreSQL); the runs taken are
+        then held like evicted runs (see residency): replayed in the background, and at
+        once when a message or query concerns them. Runs this engine cannot drive
         (type not registered, another version) are never claimed. A claim this engine
         holds for a run nobody drives here (left over by a failure) is driven again
         once it has looked orphaned for two scans in a row.
@@ -437,20 +437,20 @@ class EngineCore:
                 for workflow_id, raw, epoch in zip(wanted, states, epochs, strict=True)
                 if raw is not None and self._drivable(raw)
             ]
-            resume += await claims.acquire_many(found) if self.state == "open" else []
-        limit = asyncio.Semaphore(_RECLAIM_CONCURRENCY)
-
-        async def one(workflow_id: str) -> bool:
-            async with limit:
-                if self.state != "open" or self._busy_here(workflow_id):
-                    return False
-                try:
-                    return await self.resume_run(workflow_id)
-                except Exception:
-                    log.exception("could not take over workflow %s", workflow_id)
-                    return False
-
-        return sum(await asyncio.gather(*(one(i) for i in resume)))
+            taken = await claims.acquire_many(found) if self.state == "open" else []
+            # Held like evicted runs: replayed in the background, and at once by whatever
+            # concerns them, so a big takeover answers messages before it is replayed.
+            self.residency.adopt(taken)
+        else:
+            taken = []
+        for workflow_id in resume:
+            if self.state != "open" or self._busy_here(workflow_id):
+                continue
+            try:
+                await self.resume_run(workflow_id)
+            except Exception:
+                log.exception("could not drive workflow %s again", workflow_id)
+        return len(taken)
 
     def _busy_here(self, workflow_id: str) -> bool:
         return (
