@@ -32,7 +32,7 @@ up to two renewal intervals (:func:`skew_tolerance`) without a deposed engine
 starting a step its successor may already run.
 
 Renewal passes and reclaim scans are batched: a pass renews up to
-``RENEW_BATCH`` claims in one conditional batch (one statement on PostgreSQL),
+``RENEW_BATCH`` claims per conditional batch (one statement on PostgreSQL),
 and a scan takes stale claims with concurrent conditional batches, which the
 store groups into one statement per group.
 """
@@ -63,7 +63,9 @@ from pyweft.storage.base import Delete, Expect, Op, Put, Storage
 GRACE_RENEWALS = 1
 # Owners stop dispatching steps this many renewal intervals before their claim expires.
 MARGIN_RENEWALS = 1
-RENEW_BATCH = 1000  # claims renewed by one conditional batch (one statement on PostgreSQL)
+# Claims renewed by one conditional batch (one statement on PostgreSQL, taking one key lock
+# per claim: PostgreSQL's shared lock table holds ~6,400 by default).
+RENEW_BATCH = 500
 _RENEW_CONCURRENCY = 256  # per-claim renewals in flight when a batch must be retried alone
 
 log = logging.getLogger("pyweft.claims")
@@ -362,10 +364,12 @@ class ClaimRegistry:
         # renews them with a handful of statements per interval, not one per run. A batch
         # fails as a whole when any of its claims changed (a run finished or was taken
         # over meanwhile); its claims are then renewed one by one to find out which.
+        # The batches go one after another: sent together, the store would group them
+        # into one transaction whose key locks could exhaust PostgreSQL's lock table.
         held = list(self.claims.items())
-        chunks = [held[i : i + RENEW_BATCH] for i in range(0, len(held), RENEW_BATCH)]
-        leftovers = await asyncio.gather(*(self._renew_batch(chunk) for chunk in chunks))
-        retry = [item for chunk in leftovers for item in chunk]
+        retry: list[tuple[str, Claim]] = []
+        for i in range(0, len(held), RENEW_BATCH):
+            retry += await self._renew_batch(held[i : i + RENEW_BATCH])
         if not retry:
             return
         limit = asyncio.Semaphore(_RENEW_CONCURRENCY)
@@ -386,8 +390,9 @@ class ClaimRegistry:
         fresh: list[tuple[bytes, int]] = []
         for workflow_id, claim in chunk:
             holder_bytes, expires = self._holder(decode_epoch(claim.epoch_bytes), claim.claimed_at)
+            # The holder alone (one key lock per claim): it names this engine and its epoch,
+            # and every change of the epoch rewrites or deletes it.
             conds.append(Expect(key=holder_key(workflow_id), value=claim.holder_bytes))
-            conds.append(Expect(key=epoch_key(workflow_id), value=claim.epoch_bytes))
             ops.append(Put(key=holder_key(workflow_id), value=holder_bytes))
             fresh.append((holder_bytes, expires))
         try:
