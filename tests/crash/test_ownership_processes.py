@@ -295,6 +295,85 @@ async def test_a_paused_lease_holder_is_fenced_out_and_stops_itself(tmp_path: Pa
     )
 
 
+# --- 2b. a paused workflow-lease owner ------------------------------------------------------
+
+PAUSE_RUNS, PAUSE_STEPS, PAUSE_WORK_S = 40, 60, 0.02
+
+
+@pytest.mark.postgres
+async def test_a_paused_claim_owner_starts_no_step_its_successor_completed(
+    tmp_path: Path,
+) -> None:
+    """Issue 11, bug 4, with real processes: A (``workflow-lease``, ttl 1.5 s, renewal
+    0.5 s) drives 40 runs of 60 short steps (20 ms each, so the stop often lands
+    while a commit's reply is on its way, between a step and the next) and is
+    SIGSTOPped until B has taken every one of them over and completed more steps;
+    then A gets SIGCONT.
+
+    Before the fix A went on to execute the next step of runs B had already moved
+    past (its write was rejected, the side effect was not). Now A checks its claims
+    by its own clock before it starts an activity: after SIGCONT it begins nothing
+    (only what was already running when it was stopped ends), it stays up and
+    serves on, and B completes every run with the planned result and journal.
+    """
+    with postgres_schema() as (server, schema), _workers() as workers:
+        url = with_schema(server, schema)
+        ledger = tmp_path / "ledger.txt"
+        ids = [own.run_id(i) for i in range(PAUSE_RUNS)]
+        base = dict(
+            ownership="workflow-lease",
+            total=PAUSE_RUNS,
+            steps=PAUSE_STEPS,
+            work_s=PAUSE_WORK_S,
+            claim_ttl=1.5,
+            claim_renew_interval=0.5,
+            hold=True,
+        )
+        a = own.launch(tmp_path, "A", _config(tmp_path, url, start=range(PAUSE_RUNS), **base))
+        workers.append(a)
+        await own.wait_line(ledger, a, "STARTED", "A")
+        b = own.launch(tmp_path, "B", _config(tmp_path, url, **base))
+        workers.append(b)
+        await own.wait_line(ledger, b, "OPEN", "B")
+        await own.wait_line(ledger, a, "MARK", "A", count=PAUSE_RUNS)  # A is mid-way
+        stopped_at = time.time()
+        a.proc.send_signal(signal.SIGSTOP)
+        marks_before = len(own.lines(own.read(ledger), "MARK", "B"))
+        # B takes every run over and moves each one past where A left it.
+        await own.wait_line(ledger, b, "MARK", "B", count=marks_before + 2 * PAUSE_RUNS)
+        assert not own.lines(own.read(ledger), "ALLDONE"), "B finished before A woke up"
+        resumed_at = time.time()
+        a.proc.send_signal(signal.SIGCONT)
+        await own.wait_line(ledger, b, "ALLDONE", "B", timeout=60)
+        await own.wait_line(ledger, a, "ALLDONE", "A", timeout=30)  # A lived on
+        (tmp_path / "control" / "stop").touch()
+        assert await own.exited(b, 30) == own.EXIT_DONE, b.log_tail()
+        assert await own.exited(a, 30) == own.EXIT_DONE, a.log_tail()
+        runs = await own.read_runs(url, ids)
+    events = own.read(ledger)
+    problems = [p for r in runs.values() for p in own.journal_problems(r, PAUSE_STEPS, {"A", "B"})]
+    late_begins = [
+        e for e in events if e.lifetime == "A" and e.kind == "BEGIN" and e.at >= resumed_at
+    ]
+    problems += [f"A began {e.token} at line {e.index}, after SIGCONT" for e in late_begins]
+    for r in runs.values():
+        for s in r.steps:
+            if s.by == "A" and s.finished_at is not None and s.finished_at >= stopped_at:
+                problems.append(f"{r.id} step {s.step}: A committed after it was stopped")
+    lost = own.lines(events, "CLAIMLOST", "A")
+    problems += own.log_problems([b])
+    assert not problems, f"{len(problems)} problem(s):\n" + "\n".join(problems[:30])
+    in_flight = [
+        e
+        for e in events
+        if e.lifetime == "A" and e.kind in ("END", "CANCEL") and e.at >= resumed_at
+    ]
+    print(
+        f"paused owner: {len(lost)} claims lost by A after SIGCONT, {len(in_flight)} executions "
+        "that were in flight at SIGSTOP ended after it, 0 begun"
+    )
+
+
 # --- 3. scale-out ----------------------------------------------------------------------
 
 SCALE_RUNS, SCALE_STEPS, SCALE_WORK_S = 1000, 4, 1.5

@@ -388,3 +388,52 @@ async def test_a_live_holder_with_the_same_engine_id_is_waited_for_and_named(
     waiting = [m for r in caplog.records if "waiting for the store lease" in (m := r.getMessage())]
     assert len(waiting) == 1
     assert f"pid {live_pid}" in waiting[0] and "'shop'" in waiting[0] and "until" in waiting[0]
+
+
+async def test_confirm_passes_a_lease_valid_past_the_margin_without_writing() -> None:
+    storage, clock = MemoryStorage(), VirtualClock()
+    a = manager(storage, clock, "a", ttl=30.0, renew=5.0)
+    await a.acquire()
+    holder = await storage.get(HOLDER_KEY)
+    clock.advance(24.9)  # 5.1 s left: more than one renewal interval
+    await a.confirm()
+    assert await storage.get(HOLDER_KEY) == holder
+
+
+async def test_confirm_renews_a_lease_near_its_expiry_before_a_step_starts() -> None:
+    """The renewal timer did not run (a paused process, a busy loop): the lease has less
+    than one renewal interval left by this engine's clock, so it is renewed on the spot."""
+    storage, clock = MemoryStorage(), VirtualClock()
+    a = manager(storage, clock, "a", ttl=30.0, renew=5.0)
+    await a.acquire()
+    a._stop_timer()  # time passes without the renewal timer firing (a paused process)
+    clock.advance(26.0)
+    await a.confirm()
+    stored = decode_holder(await storage.get(HOLDER_KEY) or b"")
+    assert stored is not None and stored.expires_at_ms == int((clock.now() + 30.0) * 1000)
+
+
+async def test_confirm_on_a_lapsed_lease_taken_by_another_engine_deposes() -> None:
+    storage, clock_a, clock_b = MemoryStorage(), VirtualClock(), VirtualClock()
+    a = manager(storage, clock_a, "a", ttl=30.0, renew=5.0)
+    await a.acquire()
+    clock_b.advance(31)
+    b = manager(storage, clock_b, "b", ttl=30.0, renew=5.0)
+    await b.acquire()
+    a._stop_timer()  # a was paused: its renewals never ran
+    clock_a.advance(31.0)
+    with pytest.warns(LeaseLostWarning), pytest.raises(EngineDeposedError):
+        await a.confirm()
+    assert a.deposed
+
+
+async def test_confirm_raises_a_storage_error_when_the_lease_cannot_be_renewed() -> None:
+    storage, clock = MemoryStorage(), VirtualClock()
+    a = manager(storage, clock, "a", ttl=30.0, renew=5.0)
+    await a.acquire()
+    a._stop_timer()
+    clock.advance(27.0)
+    await storage.close()  # the store stops answering
+    with pytest.raises(StorageError, match="could not confirm the store lease"):
+        await a.confirm()
+    assert not a.deposed

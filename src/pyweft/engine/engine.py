@@ -33,6 +33,7 @@ from pyweft.definitions import (
 from pyweft.durations import parse_duration, parse_optional_duration
 from pyweft.engine.control import commands, creation, maintenance
 from pyweft.engine.control.core import EngineCore
+from pyweft.engine.control.stalls import StallMonitor
 from pyweft.engine.handle import WorkflowHandle, check_result_type
 from pyweft.engine.messages import run_queries, terminal_events
 from pyweft.engine.messages.reviews import ReviewDesk, ReviewInfo
@@ -124,6 +125,9 @@ class Engine:
     ``max_cached_runs``: how many runs stay in memory; past it, runs idle in a
     wait (signal, update, condition, review, sleep) are evicted, oldest first,
     and replayed from their journal when something concerns them.
+    ``stall_threshold``: an event loop blocked this long is logged, naming the
+    activity that blocked it (``None``: off); a run whose activity keeps stalling
+    the engine past its claims or lease is failed (``EventLoopStall``).
     """
 
     supported_schema_version: int = keys.SCHEMA_VERSION
@@ -159,6 +163,7 @@ class Engine:
         claim_ttl: Duration = 30.0,
         claim_renew_interval: Duration = 5.0,
         max_cached_runs: int = DEFAULT_MAX_CACHED_RUNS,
+        stall_threshold: Duration | None = 1.0,
     ) -> None:
         for option, given in (("workflows", workflows), ("activities", activities)):
             if callable(given) or isinstance(given, str):
@@ -287,6 +292,13 @@ class Engine:
                 claim_renew_interval, field="claim_renew_interval"
             ),
         }
+        self._stall_threshold = parse_optional_duration(stall_threshold, field="stall_threshold")
+        if self._stall_threshold is not None and self._stall_threshold <= 0:
+            raise ConfigurationError(
+                f"stall_threshold must be a positive duration (or None to turn the event-loop "
+                f"stall warning off), got {stall_threshold!r}"
+            )
+        self._stalls: StallMonitor | None = None
         self.ownership = ownership
         """The ownership mode in use. ``ownership=None`` (the default) picks the mode the
         store already records, else ``"none"`` on SQLite and memory and
@@ -297,7 +309,8 @@ class Engine:
         self._use_ownership(ownership)
         self._claim_timer: TimerHandle | None = None
         self._closing: asyncio.Future[None] | None = None
-        self._claim_task: asyncio.Task[None] | None = None
+        self._claim_task: asyncio.Task[None] | None = None  # the reclaim scan
+        self._renew_task: asyncio.Task[None] | None = None
         self._detector = (
             SecondInstanceDetector(
                 store,
@@ -531,6 +544,7 @@ class Engine:
             await self._wakeups.start()  # it tidies wake markers: nothing to do read-only
         if core.claims is not None:
             self._arm_claims()
+        self._watch_stalls()
         if self._detector is not None:
             self._detector.start()
 
@@ -575,6 +589,8 @@ class Engine:
             await asyncio.gather(self._claim_task, return_exceptions=True)
         if self._detector is not None:
             await self._detector.stop()
+        if self._stalls is not None:
+            await self._stalls.stop()
         self._sweeper.stop()
         await self._wakeups.stop()
         await core.residency.close()
@@ -604,8 +620,29 @@ class Engine:
         if self._store_lock is not None:
             self._store_lock.release()
 
+    def _watch_stalls(self) -> None:
+        """Warn about event-loop stalls; stop a run whose activity keeps costing this
+        engine its claims or lease (see ``engine/stalls.py``)."""
+        if self._stall_threshold is None or self.role != "engine":
+            return
+        opts = self._ownership_options
+        at_risk: float | None = None
+        if self._core.claims is not None:
+            at_risk = opts["claim_ttl"] - 2 * opts["claim_renew_interval"]
+        elif self._lease is not None:
+            at_risk = opts["lease_ttl"] - 2 * opts["lease_renew_interval"]
+        self._stalls = StallMonitor(
+            self._core, threshold_s=self._stall_threshold, at_risk_s=at_risk
+        )
+        self._stalls.start()
+
     def _arm_claims(self) -> None:
-        """Renew our claims and take over abandoned runs, every claim renewal interval."""
+        """Renew our claims and take over abandoned runs, every claim renewal interval.
+
+        Two independent single-flight tasks: a reclaim scan busy taking over thousands
+        of runs must never hold up the renewal of the claims this engine already has
+        (its peers would then take healthy runs from it).
+        """
         claims = self._core.claims
         if claims is None or self._core.state != "open":
             return
@@ -613,23 +650,32 @@ class Engine:
         def due() -> None:
             if self._core.state != "open":
                 return
+            loop = asyncio.get_running_loop()
+            if self._renew_task is None or self._renew_task.done():
+                self._renew_task = loop.create_task(self._renew_cycle())
             if self._claim_task is None or self._claim_task.done():
-                self._claim_task = asyncio.get_running_loop().create_task(self._claim_cycle())
+                self._claim_task = loop.create_task(self._claim_cycle())
             self._arm_claims()
 
         self._claim_timer = self.clock.call_at(self.clock.now() + claims.renew_interval, due)
 
-    async def _claim_cycle(self) -> None:
+    async def _renew_cycle(self) -> None:
         claims = self._core.claims
         if claims is None:
             return
         try:
             await claims.renew_all()
-            if self._recover:  # recover=False: this engine drives only the runs it starts
-                await self._core.reclaim()
-                await self._core.adopt_blocked()  # e.g. runs of our version blocked elsewhere
         except Exception:
-            log.exception("claim renewal / reclaim cycle failed; retrying next interval")
+            log.exception("claim renewal failed; retrying next interval")
+
+    async def _claim_cycle(self) -> None:
+        if not self._recover:  # recover=False: this engine drives only the runs it starts
+            return
+        try:
+            await self._core.reclaim()
+            await self._core.adopt_blocked()  # e.g. runs of our version blocked elsewhere
+        except Exception:
+            log.exception("reclaim scan failed; retrying next interval")
 
     async def reclaim(self) -> int:
         """``workflow-lease``: take over runs whose owner stopped renewing; returns how many."""

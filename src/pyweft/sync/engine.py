@@ -97,6 +97,7 @@ class Engine:
         claim_ttl: Duration = 30.0,
         claim_renew_interval: Duration = 5.0,
         max_cached_runs: int = DEFAULT_MAX_CACHED_RUNS,
+        stall_threshold: Duration | None = 1.0,
     ) -> None:
         self._lock = threading.Lock()
         self._state: State = "new"
@@ -133,6 +134,7 @@ class Engine:
                 claim_ttl=claim_ttl,
                 claim_renew_interval=claim_renew_interval,
                 max_cached_runs=max_cached_runs,
+                stall_threshold=stall_threshold,
             )
         except BaseException:
             self._loop.stop()

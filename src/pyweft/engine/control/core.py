@@ -85,6 +85,7 @@ class EngineCore:
         self.other_versions: set[tuple[str, str]] = set()  # (index key, our version)
         # control.cancel, handed over by Engine at open (the core does not import control).
         self.cancel_run: Callable[[str], Awaitable[None]] = _no_cancel
+        self._orphans_seen: set[str] = set()  # see reclaim
 
     # --- notifications from the store -------------------------------------------------
 
@@ -561,27 +562,88 @@ class EngineCore:
             run.tear_down("another engine took over its claim")
 
     async def reclaim(self) -> int:
-        """Take over running runs whose owner stopped renewing, and drive them here."""
-        from pyweft.engine.ownership.claims import decode_holder
+        """Take over running runs whose owner stopped renewing, and drive them here.
+
+        Batched, so that thousands of runs of a dead engine move within one scan: the
+        holders are read with one scan, the candidates' state records and epochs with
+        concurrent reads (grouped by the store), the claims taken with concurrent
+        conditional batches (one statement per group on PostgreSQL); the runs taken are
+        then held like evicted runs (see residency): replayed in the background, and at
+        once when a message or query concerns them. Runs this engine cannot drive
+        (type not registered, another version) are never claimed. A claim this engine
+        holds for a run nobody drives here (left over by a failure) is driven again
+        once it has looked orphaned for two scans in a row.
+        """
+        from pyweft.engine.ownership.claims import decode_holder, epoch_key, holder_key
         from pyweft.engine.replay.recovery import ids_with_status
 
         claims = self.claims
-        if claims is None or self.state != "open":
+        if claims is None or self.state != "open" or not self.drives:
             return 0
-        holders = {
-            keys.dec(k[len("own:h:") :]): decode_holder(v)
-            for k, v in await self.storage.scan("own:h:")
-        }
-        taken = 0
+        holders = dict(await self.storage.scan("own:h:"))
+        orphans: set[str] = set()
+        wanted: list[str] = []
         for workflow_id in await ids_with_status(self.storage, "running"):
-            if workflow_id in self.runs or self.state != "open":
+            if self._busy_here(workflow_id):
                 continue
-            holder = holders.get(workflow_id)
-            if holder is not None and not claims.stale(holder):
+            if workflow_id in claims.claims:
+                orphans.add(workflow_id)
                 continue
-            if await self.resume_run(workflow_id):
-                taken += 1
-        return taken
+            raw = holders.get(holder_key(workflow_id))
+            holder = decode_holder(raw) if raw is not None else None
+            if (
+                holder is not None
+                and holder.engine_id != claims.engine_id
+                and not claims.stale(holder)
+            ):
+                continue
+            wanted.append(workflow_id)
+        resume = sorted(orphans & self._orphans_seen)
+        self._orphans_seen = orphans - set(resume)
+        if wanted and self.state == "open":
+            states, epochs = await asyncio.gather(
+                asyncio.gather(*(self.storage.get(keys.wf(i)) for i in wanted)),
+                asyncio.gather(*(self.storage.get(epoch_key(i)) for i in wanted)),
+            )
+            found = [
+                (workflow_id, holders.get(holder_key(workflow_id)), epoch)
+                for workflow_id, raw, epoch in zip(wanted, states, epochs, strict=True)
+                if raw is not None and self._drivable(raw)
+            ]
+            taken = await claims.acquire_many(found) if self.state == "open" else []
+            # Held like evicted runs: replayed in the background, and at once by whatever
+            # concerns them, so a big takeover answers messages before it is replayed.
+            self.residency.adopt(taken)
+        else:
+            taken = []
+        for workflow_id in resume:
+            if self.state != "open" or self._busy_here(workflow_id):
+                continue
+            try:
+                await self.resume_run(workflow_id)
+            except Exception:
+                log.exception("could not drive workflow %s again", workflow_id)
+        return len(taken)
+
+    def _busy_here(self, workflow_id: str) -> bool:
+        return (
+            self.driven_here(workflow_id)
+            or workflow_id in self.loading
+            or self.redriver.is_stranded(workflow_id)
+        )
+
+    def _drivable(self, state_raw: bytes) -> bool:
+        """Can this engine drive a run with this state record (status, type, version)?"""
+        try:
+            state = records.decode_state(state_raw)
+        except Exception:
+            return True  # resume_run quarantines it
+        definition = self.workflows.get(state.type)
+        return (
+            state.status == "running"
+            and definition is not None
+            and definition.version == state.version
+        )
 
     async def close_children(self, parent_id: str, asked: list[str] | None = None) -> None:
         """Deliver the cancel requests a parent's terminal commit wrote to its children

@@ -88,6 +88,16 @@ async def check_mode_marker(storage: Storage, mode: str, now: float) -> None:
         return
 
 
+async def confirm_owned(fence: object, workflow_id: str) -> None:
+    """Raise unless this engine may still act for ``workflow_id`` (its store lease or
+    its claim on the run is valid by its own clock, with a margin, or was renewed just
+    now). Called before every side effect the engine starts, such as an activity; a
+    claim or lease that lapsed raises an engine failure, which tears the run down."""
+    confirm = getattr(fence, "confirm", None)
+    if confirm is not None:
+        await confirm(workflow_id)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class StoreOwnership:
     """What a store records about who may write to it (``engine.store_ownership()``)."""

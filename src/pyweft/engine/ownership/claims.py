@@ -21,6 +21,20 @@ means the run was taken away: this engine stops driving it (the engine itself
 goes on). Claims are renewed every ``claim_renew_interval``, whether the run is
 busy or parked; a holder whose expiry plus one renewal interval has passed
 may be taken over by any engine's reclaim scan.
+
+Expiry is also checked by the owner itself, by its own clock: before it dispatches
+an activity (:meth:`ClaimRegistry.confirm`) a claim must be valid for at least one
+more renewal interval (the safety margin), else the engine renews it on the spot
+and treats a claim it cannot renew as lost; and a write whose claim has expired is
+refused before it is sent (:meth:`ClaimRegistry.conditions`). Takers wait one
+interval past expiry, owners stop one interval before it: clocks may disagree by
+up to two renewal intervals (:func:`skew_tolerance`) without a deposed engine
+starting a step its successor may already run.
+
+Renewal passes and reclaim scans are batched: a pass renews up to
+``RENEW_BATCH`` claims per conditional batch (one statement on PostgreSQL),
+and a scan takes stale claims with concurrent conditional batches, which the
+store groups into one statement per group.
 """
 
 from __future__ import annotations
@@ -35,16 +49,32 @@ from pyweft.clock import Clock
 from pyweft.engine.ownership.identity import Incarnation, incarnation_from, provably_gone
 from pyweft.engine.ownership.lease import decode_epoch, encode_epoch
 from pyweft.engine.replay import keys
-from pyweft.errors import ConfigurationError, EngineDeposedError, LeaseCorruptedError
+from pyweft.errors import (
+    ConfigurationError,
+    EngineDeposedError,
+    LeaseCorruptedError,
+    StorageError,
+)
 from pyweft.storage.base import Delete, Expect, Op, Put, Storage
 
 # A holder is stale once expires_at + one renewal interval has passed. With the reclaim
 # scan also running every renewal interval, a dead owner's runs move within
 # claim_ttl + 2 x claim_renew_interval of its last renewal.
 GRACE_RENEWALS = 1
-_RENEW_CONCURRENCY = 64
+# Owners stop dispatching steps this many renewal intervals before their claim expires.
+MARGIN_RENEWALS = 1
+# Claims renewed by one conditional batch (one statement on PostgreSQL, taking one key lock
+# per claim: PostgreSQL's shared lock table holds ~6,400 by default).
+RENEW_BATCH = 500
+_RENEW_CONCURRENCY = 256  # per-claim renewals in flight when a batch must be retried alone
 
 log = logging.getLogger("pyweft.claims")
+
+
+def skew_tolerance(renew_interval_s: float) -> float:
+    """How far engines' clocks may disagree without a deposed owner starting a step its
+    successor may run too: the takers' grace plus the owners' margin."""
+    return (GRACE_RENEWALS + MARGIN_RENEWALS) * renew_interval_s
 
 
 def epoch_key(workflow_id: str) -> str:
@@ -135,7 +165,63 @@ class ClaimRegistry:
                 f"this engine does not hold the claim on workflow {workflow_id!r}",
                 workflow_id=workflow_id,
             )
+        if self._clock.now() * 1000 >= claim.expires_ms:
+            # The store cannot compare times, so the check is made here, just before the
+            # write is sent: past its expiry another engine may take the run over at any
+            # moment, and nothing more may be written on the strength of this claim.
+            self.lose(workflow_id, claim, "its claim expired before the write was sent")
+            raise EngineDeposedError(
+                f"the claim on workflow {workflow_id!r} expired at "
+                f"{claim.expires_ms / 1000:.3f} (now {self._clock.now():.3f}); the write was "
+                "refused and the run is left to whichever engine claims it next",
+                workflow_id=workflow_id,
+            )
         return [Expect(key=epoch_key(workflow_id), value=claim.epoch_bytes)]
+
+    def valid_for(self, workflow_id: str) -> float:
+        """Seconds the claim stays valid by this engine's clock (<= 0: expired or absent)."""
+        claim = self.claims.get(workflow_id)
+        if claim is None:
+            return 0.0
+        return claim.expires_ms / 1000 - self._clock.now()
+
+    @property
+    def margin(self) -> float:
+        """A claim with less validity left than this is renewed before a step starts."""
+        return MARGIN_RENEWALS * self.renew_interval
+
+    async def confirm(self, workflow_id: str) -> None:
+        """Before a side effect (an activity): raise unless the claim is still ours.
+
+        Valid for more than the margin by this engine's clock: nothing to do. Otherwise
+        (renewals were late or failing, or the process was paused) the claim is renewed
+        now; a renewal that finds the claim taken over (or released) makes it lost
+        (:class:`EngineDeposedError`), one the store does not answer raises
+        :class:`StorageError` (the run is stopped and driven again once it answers).
+        """
+        claim = self.claims.get(workflow_id)
+        if claim is None:
+            raise EngineDeposedError(
+                f"this engine no longer holds the claim on workflow {workflow_id!r}",
+                workflow_id=workflow_id,
+            )
+        if self.valid_for(workflow_id) > self.margin:
+            return
+        outcome = await self._renew_one(workflow_id, claim)
+        if self.claims.get(workflow_id) is claim and self.valid_for(workflow_id) > self.margin:
+            return  # renewed now (or an earlier renewal whose reply was lost had landed)
+        if outcome == "unknown":
+            raise StorageError(
+                f"could not confirm the claim on workflow {workflow_id!r} before starting a "
+                "step (the store did not answer); the run waits until it does"
+            )
+        if outcome != "lost" and self.claims.get(workflow_id) is claim:
+            self.lose(workflow_id, claim, "its claim could not be renewed in time")
+        raise EngineDeposedError(
+            f"the claim on workflow {workflow_id!r} lapsed before a step could start; the "
+            "step was not started and the run is left to whichever engine claims it next",
+            workflow_id=workflow_id,
+        )
 
     async def disambiguate(self, workflow_id: str | None = None) -> None:
         if workflow_id is None:
@@ -152,10 +238,12 @@ class ClaimRegistry:
                 workflow_id=workflow_id,
             )
 
-    def lose(self, workflow_id: str, claim: Claim | None) -> None:
+    def lose(self, workflow_id: str, claim: Claim | None, why: str = "taken over") -> None:
         if claim is not None and self.claims.get(workflow_id) is claim:
             del self.claims[workflow_id]
-        log.warning("engine %s lost its claim on workflow %s", self.engine_id, workflow_id)
+        log.warning(
+            "engine %s lost its claim on workflow %s (%s)", self.engine_id, workflow_id, why
+        )
         self._on_lost(workflow_id)
 
     # --- acquire ------------------------------------------------------------------------
@@ -242,6 +330,26 @@ class ClaimRegistry:
                 return True
         return False
 
+    async def acquire_many(self, found: list[tuple[str, bytes | None, bytes | None]]) -> list[str]:
+        """Take several claims at once, each on the ``(id, holder bytes, epoch bytes)``
+        just read; returns the ids taken. Each claim is its own conditional batch (one
+        taken by another engine meanwhile fails alone); they are sent together, so the
+        store groups them (one statement per group on PostgreSQL)."""
+
+        async def take(workflow_id: str, holder_raw: bytes | None, epoch_raw: bytes | None) -> bool:
+            try:
+                ops, conds, claim = self._plan(workflow_id, holder_raw, epoch_raw)
+                ok = await self._storage.conditional_batch(conds, ops)
+            except Exception as exc:  # a corrupt epoch, or the store: the next scan retries
+                log.warning("could not take over the claim on %s: %s", workflow_id, exc)
+                return False
+            if ok:
+                self.adopt(claim)
+            return ok
+
+        taken = await asyncio.gather(*(take(*f) for f in found))
+        return [f[0] for f, ok in zip(found, taken, strict=True) if ok]
+
     # --- renew and release --------------------------------------------------------------
 
     async def renew_all(self) -> None:
@@ -252,17 +360,55 @@ class ClaimRegistry:
         await asyncio.shield(self._renewing)
 
     async def _renew_all(self) -> None:
-        # Concurrently, so one pass costs about one write latency however many claims
-        # there are (the store groups concurrent writes), not one latency per claim.
+        # Many claims per conditional batch: an idle engine with thousands of parked runs
+        # renews them with a handful of statements per interval, not one per run. A batch
+        # fails as a whole when any of its claims changed (a run finished or was taken
+        # over meanwhile); its claims are then renewed one by one to find out which.
+        # The batches go one after another: sent together, the store would group them
+        # into one transaction whose key locks could exhaust PostgreSQL's lock table.
+        held = list(self.claims.items())
+        retry: list[tuple[str, Claim]] = []
+        for i in range(0, len(held), RENEW_BATCH):
+            retry += await self._renew_batch(held[i : i + RENEW_BATCH])
+        if not retry:
+            return
         limit = asyncio.Semaphore(_RENEW_CONCURRENCY)
 
         async def renew(workflow_id: str, claim: Claim) -> None:
             async with limit:
-                await self._renew(workflow_id, claim)
+                await self._renew_one(workflow_id, claim)
 
-        await asyncio.gather(*(renew(i, c) for i, c in list(self.claims.items())))
+        await asyncio.gather(*(renew(i, c) for i, c in retry))
 
-    async def _renew(self, workflow_id: str, claim: Claim) -> None:
+    async def _renew_batch(self, chunk: list[tuple[str, Claim]]) -> list[tuple[str, Claim]]:
+        """Renew ``chunk`` in one batch; returns the claims to retry one by one."""
+        chunk = [(i, c) for i, c in chunk if self.claims.get(i) is c]  # released meanwhile
+        if len(chunk) < 2:
+            return chunk
+        conds: list[Expect] = []
+        ops: list[Op] = []
+        fresh: list[tuple[bytes, int]] = []
+        for workflow_id, claim in chunk:
+            holder_bytes, expires = self._holder(decode_epoch(claim.epoch_bytes), claim.claimed_at)
+            # The holder alone (one key lock per claim): it names this engine and its epoch,
+            # and every change of the epoch rewrites or deletes it.
+            conds.append(Expect(key=holder_key(workflow_id), value=claim.holder_bytes))
+            ops.append(Put(key=holder_key(workflow_id), value=holder_bytes))
+            fresh.append((holder_bytes, expires))
+        try:
+            ok = await self._storage.conditional_batch(conds, ops)
+        except Exception as exc:
+            log.warning("claim renewal of %d runs unconfirmable: %s", len(chunk), exc)
+            return []  # the next pass (or a step's confirm) tries again
+        if not ok:
+            return chunk
+        for (_, claim), (holder_bytes, expires) in zip(chunk, fresh, strict=True):
+            claim.holder_bytes, claim.expires_ms = holder_bytes, expires
+        return []
+
+    async def _renew_one(self, workflow_id: str, claim: Claim) -> str:
+        """Renew one claim: ``"renewed"``, ``"released"`` (this engine let it go
+        meanwhile), ``"lost"`` (taken over) or ``"unknown"`` (the store did not answer)."""
         holder_bytes, expires = self._holder(decode_epoch(claim.epoch_bytes), claim.claimed_at)
         try:
             ok = await self._storage.conditional_batch(
@@ -274,33 +420,34 @@ class ClaimRegistry:
             )
         except Exception as exc:
             log.warning("claim renewal for %s unconfirmable: %s", workflow_id, exc)
-            return
+            return "unknown"
         if ok:
             claim.holder_bytes, claim.expires_ms = holder_bytes, expires
-            return
+            return "renewed"
         if self.claims.get(workflow_id) is not claim:
-            return  # released meanwhile (the run finished or was suspended here)
+            return "released"  # released meanwhile (the run finished or was suspended here)
         try:
             epoch_now = await self._storage.get(epoch_key(workflow_id))
         except Exception:
-            return  # cannot tell; the next fenced write or renewal will
+            return "unknown"  # cannot tell; the next fenced write or renewal will
         if epoch_now == claim.epoch_bytes:
             try:
                 stored_raw = await self._storage.get(holder_key(workflow_id))
             except Exception:
-                return
+                return "unknown"
             stored = decode_holder(stored_raw) if stored_raw is not None else None
             if stored_raw is not None and stored is not None and stored.engine_id == self.engine_id:
                 # Our own record at our epoch: an earlier renewal landed but its reply
                 # was lost. Expect those bytes from now on; the next renewal extends it.
                 claim.holder_bytes, claim.expires_ms = stored_raw, stored.expires_at_ms
-                return
+                return "unknown"
             # Same epoch, holder gone: this engine released it (finish or suspend commit
             # landed while the renewal was in flight). Nothing was lost.
             if self.claims.get(workflow_id) is claim:
                 del self.claims[workflow_id]
-            return
+            return "released"
         self.lose(workflow_id, claim)
+        return "lost"
 
     def release_ops(self, workflow_id: str) -> list[Op]:
         """What the owner adds to a terminal or suspend commit: drop the holder, keep the epoch."""

@@ -42,6 +42,7 @@ from pyweft.errors import (
     LeaseCorruptedError,
     LeaseLostWarning,
     LeaseNotHeldError,
+    StorageError,
 )
 from pyweft.storage.base import Delete, Expect, Put, Storage
 
@@ -176,6 +177,28 @@ class LeaseManager:
         self.check()
         assert self.epoch_bytes is not None
         return [Expect(key=EPOCH_KEY, value=bytes(self.epoch_bytes))]
+
+    async def confirm(self, workflow_id: str | None = None) -> None:
+        """Before a side effect (an activity): raise unless the lease is still ours.
+
+        Valid for more than one renewal interval by this engine's clock: nothing to do
+        (a taker waits for expiry, so clocks may disagree by up to that interval).
+        Otherwise the lease is renewed now: a renewal that finds it taken deposes
+        this engine (:class:`EngineDeposedError`); one the store does not answer
+        raises :class:`StorageError` (the run is stopped and driven again later).
+        """
+        self.check()
+        if self._expires_ms / 1000 - self._clock.now() > self._renew_every:
+            return
+        if self._renewing is None or self._renewing.done():
+            self._renewing = asyncio.get_running_loop().create_task(self.renew())
+        await asyncio.shield(self._renewing)
+        self.check()
+        if self._expires_ms / 1000 - self._clock.now() <= self._renew_every:
+            raise StorageError(
+                "could not confirm the store lease before starting a step (the store did "
+                "not answer its renewal); the run waits until it does"
+            )
 
     async def disambiguate(self, workflow_id: str | None = None) -> None:
         """A fenced write failed: was it an ordinary lost race, or were we deposed?"""

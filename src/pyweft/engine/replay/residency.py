@@ -49,6 +49,7 @@ PARK_PREFIX = "park:"
 _PAGE = 5000
 _MARK_BATCH = 500
 _WARM_CONCURRENCY = 64
+_ADOPT_CONCURRENCY = 8  # runs just taken over, replayed in the background
 _RETRY_S = 1.0  # a restore that failed on a storage error is tried again this much later
 
 
@@ -380,6 +381,16 @@ class Residency:
         self._arm()
         return len(self.evicted)
 
+    def adopt(self, workflow_ids: list[str]) -> None:
+        """Runs whose claims this engine just took over: held as evicted (ours, not yet
+        in memory), replayed in the background, and at once by whatever concerns them
+        (a message, a query), so thousands of runs move without a long replay first."""
+        for workflow_id in workflow_ids:
+            self.evicted.setdefault(workflow_id, None)
+        if workflow_ids:
+            # Few at a time: what concerns one of them is served first, not behind the rest.
+            self._spawn(self._warm(workflow_ids, _ADOPT_CONCURRENCY))
+
     def warm_up(self) -> None:
         """After opening: bring parked runs back into memory, in the background, up to the
         cache bound, so a store with few runs behaves as if nothing had been evicted."""
@@ -388,8 +399,8 @@ class Residency:
         if chosen:
             self._spawn(self._warm(chosen))
 
-    async def _warm(self, ids: list[str]) -> None:
-        limit = asyncio.Semaphore(_WARM_CONCURRENCY)
+    async def _warm(self, ids: list[str], concurrency: int = _WARM_CONCURRENCY) -> None:
+        limit = asyncio.Semaphore(concurrency)
 
         async def one(workflow_id: str) -> None:
             async with limit:

@@ -9,6 +9,7 @@ import logging
 from typing import Any
 
 from pyweft.definitions import ActivityDefinition, RetryPolicy
+from pyweft.engine.ownership import confirm_owned
 from pyweft.engine.replay import records
 from pyweft.engine.replay.operations import operation
 from pyweft.engine.replay.records import ErrorInfo, PendingStep, StepRecord
@@ -77,6 +78,8 @@ async def run_activity(
             step=step,
             attempt=attempt,
         )
+        # A deposed engine must not start what its successor may run too.
+        await confirm_owned(run.services.committer.fence, run.id)
         try:
             if attempt_timeout is not None and attempt_timeout <= 0:
                 raise ActivityTimeoutError(
