@@ -628,6 +628,7 @@ class EngineCore:
     def _busy_here(self, workflow_id: str) -> bool:
         return (
             self.driven_here(workflow_id)
+            or workflow_id in self.adopting  # resume_run is taking it up right now
             or workflow_id in self.loading
             or self.redriver.is_stranded(workflow_id)
         )
