@@ -295,10 +295,10 @@ async def test_clock_skew_beyond_the_documented_bound_lets_a_deposed_owner_start
     assert await _deposed_owner_scenario(skew=skew_tolerance(RENEW) + RENEW) == 2
 
 
-async def test_a_write_sent_after_its_claim_expired_is_refused() -> None:
+async def test_a_write_whose_claim_expired_is_sent_only_once_the_claim_is_renewed() -> None:
     """The store cannot compare times, so the owner checks just before it sends: a run
-    whose claim expired by the engine's clock writes nothing more (here the signal's
-    step), and is left to the next claim, which the reclaim scan takes at once."""
+    whose claim expired by the engine's clock (its renewals failing) writes nothing (here
+    the signal's step): the write waits until a renewal proves nobody took the claim."""
     clock = VirtualClock()
     store = HeldReplies(MemoryStorage())
     async with lease_engine(store, clock) as engine:
@@ -309,13 +309,13 @@ async def test_a_write_sent_after_its_claim_expired_is_refused() -> None:
         store.fail_renewals = True
         clock.advance(TTL + 0.5)  # renewals fail: the claim expires by the engine's clock
         await asyncio.sleep(0.01)
-        before = await store.get(keys.journal("late", 2))
-        await engine.signal("late", "go", "x")  # the run's commit of step 2 is refused
-        await eventually(lambda: not engine.is_running_here("late"), what="run let go")
-        assert before is None and await store.get(keys.journal("late", 2)) is None
-        store.fail_renewals = False
-        clock.advance(RENEW)  # the next reclaim scan retakes it (epoch + 1)
-        assert await handle.result(timeout=5) == "one+x"
+        assert claims.valid_for("late") <= 0
+        await engine.signal("late", "go", "x")  # the run's commit of step 2 is held back
+        await eventually(lambda: engine.stats().stranded == 1, what="the run waits")
+        await asyncio.sleep(0.3)  # the redrive retries meanwhile, and fails again
+        assert await store.get(keys.journal("late", 2)) is None
+        store.fail_renewals = False  # the next try renews the claim, then writes
+        assert await handle.result(timeout=10) == "one+x"
     assert ran == [("a", "one")]
 
 

@@ -13,7 +13,15 @@ import time
 
 import pytest
 
-from pyweft import Engine, MemoryStorage, WorkflowContext, WorkflowFailedError, activity, workflow
+from pyweft import (
+    Engine,
+    MemoryStorage,
+    RetryPolicy,
+    WorkflowContext,
+    WorkflowFailedError,
+    activity,
+    workflow,
+)
 from pyweft.engine.control.stalls import MAX_STRIKES
 from pyweft.errors import ConfigurationError
 
@@ -59,30 +67,43 @@ async def test_a_blocking_async_activity_is_named_in_a_stall_warning(
     assert seconds >= 0.4  # the loop beat every 50 ms at most before and after
 
 
-async def test_a_run_that_keeps_stalling_its_engines_past_their_claims_is_failed() -> None:
+@activity(retry=RetryPolicy(max_attempts=10, initial_interval=0.01, backoff=1.0))
+async def blocking_flaky(seconds: float) -> str:
+    with _lock:
+        calls.append("flaky")
+    time.sleep(seconds)  # noqa: ASYNC251 (the bug under test)
+    raise ConnectionError("upstream timed out")
+
+
+@workflow
+async def keeps_stalling(ctx: WorkflowContext, seconds: float) -> str:
+    return str(await ctx.run(blocking_flaky, seconds))
+
+
+async def test_a_run_that_keeps_stalling_its_engine_past_its_claims_is_failed() -> None:
     """The issue's run slept longer than the claim TTL in an async activity and bounced
-    between engines for ever. Here each stall costs the engine its claim (its next
-    write is refused, the run is taken again and the activity runs again); after
-    ``MAX_STRIKES`` such stalls the run is failed with a reason naming the activity."""
-    store = MemoryStorage()
-    opts: dict[str, object] = dict(
-        workflows=[crawl],
+    between engines for ever, each attempt freezing the engine it ran on. Every stall
+    long enough to put the engine's claims at risk (``ttl - 2 x renew``) counts a strike
+    in the store against the run that caused it, wherever it runs; at ``MAX_STRIKES``
+    the run is failed with a reason naming the activity. Here the attempts are retries
+    in one engine; across engines the strikes add up the same way."""
+    async with Engine(
+        MemoryStorage(),
+        workflows=[keeps_stalling],
         ownership="workflow-lease",
         claim_ttl=0.75,
         claim_renew_interval=0.25,
         stall_threshold=0.1,
-    )
-    async with Engine(store, **opts) as a, Engine(store, **opts) as b:  # type: ignore[arg-type]
-        handle = await a.start(crawl, 1.0, id="bouncer")
+    ) as engine:
+        handle = await engine.start(keeps_stalling, 0.6, id="bouncer")
         with pytest.raises(WorkflowFailedError) as failed:
             await handle.result(timeout=30)
         assert failed.value.error_type == "EventLoopStall"
         message = failed.value.error_message
-        assert "'blocking_fetch'" in message and "asyncio.to_thread" in message
+        assert "'blocking_flaky'" in message and "asyncio.to_thread" in message
         assert f"{MAX_STRIKES} times" in message
-        assert (await b.describe("bouncer")).status == "failed"
-        ran = len(calls)
-    assert MAX_STRIKES <= ran <= MAX_STRIKES + 1, calls  # not for ever
+        assert (await engine.describe("bouncer")).status == "failed"
+    assert MAX_STRIKES <= len(calls) <= MAX_STRIKES + 1, calls  # not for ever
 
 
 async def test_stall_threshold_must_be_a_positive_duration() -> None:

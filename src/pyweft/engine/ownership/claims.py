@@ -26,9 +26,9 @@ Expiry is also checked by the owner itself, by its own clock: before it dispatch
 an activity (:meth:`ClaimRegistry.confirm`) a claim must be valid for at least one
 more renewal interval (the safety margin), else the engine renews it on the spot
 and treats a claim it cannot renew as lost; and a write whose claim has expired is
-refused before it is sent (:meth:`ClaimRegistry.conditions`). Takers wait one
-interval past expiry, owners stop one interval before it: clocks may disagree by
-up to two renewal intervals (:func:`skew_tolerance`) without a deposed engine
+not sent unless the claim is renewed first (:meth:`ClaimRegistry.before_write`).
+Takers wait one interval past expiry, owners stop one interval before it: clocks
+may disagree by up to two renewal intervals (:func:`skew_tolerance`) without a deposed engine
 starting a step its successor may already run.
 
 Renewal passes and reclaim scans are batched: a pass renews up to
@@ -190,7 +190,16 @@ class ClaimRegistry:
         """A claim with less validity left than this is renewed before a step starts."""
         return MARGIN_RENEWALS * self.renew_interval
 
-    async def confirm(self, workflow_id: str) -> None:
+    async def before_write(self, workflow_id: str | None = None) -> None:
+        """Just before a write for ``workflow_id`` is sent: a claim that has expired by this
+        engine's clock is renewed first (a renewal proves nobody took it), or the write is
+        refused: :class:`EngineDeposedError` if it was taken, :class:`StorageError` if the
+        store does not answer. A valid claim costs nothing here."""
+        if workflow_id is None or workflow_id not in self.claims or self.valid_for(workflow_id) > 0:
+            return
+        await self.confirm(workflow_id, margin=0.0)
+
+    async def confirm(self, workflow_id: str, *, margin: float | None = None) -> None:
         """Before a side effect (an activity): raise unless the claim is still ours.
 
         Valid for more than the margin by this engine's clock: nothing to do. Otherwise
@@ -205,15 +214,16 @@ class ClaimRegistry:
                 f"this engine no longer holds the claim on workflow {workflow_id!r}",
                 workflow_id=workflow_id,
             )
-        if self.valid_for(workflow_id) > self.margin:
+        margin = self.margin if margin is None else margin
+        if self.valid_for(workflow_id) > margin:
             return
         outcome = await self._renew_one(workflow_id, claim)
-        if self.claims.get(workflow_id) is claim and self.valid_for(workflow_id) > self.margin:
+        if self.claims.get(workflow_id) is claim and self.valid_for(workflow_id) > margin:
             return  # renewed now (or an earlier renewal whose reply was lost had landed)
         if outcome == "unknown":
             raise StorageError(
-                f"could not confirm the claim on workflow {workflow_id!r} before starting a "
-                "step (the store did not answer); the run waits until it does"
+                f"could not confirm the claim on workflow {workflow_id!r} (the store did not "
+                "answer its renewal); the run waits until it does"
             )
         if outcome != "lost" and self.claims.get(workflow_id) is claim:
             self.lose(workflow_id, claim, "its claim could not be renewed in time")

@@ -68,6 +68,9 @@ class Committer:
         """
         fence = self.fence
         if fence is not None:
+            before_write = getattr(fence, "before_write", None)  # a claim past its expiry
+            if before_write is not None:
+                await before_write(workflow_id)
             conditions = [*conditions, *fence.conditions(workflow_id)]
         if not conditions:
             await self._storage.batch(ops)
