@@ -118,6 +118,45 @@ async def test_default_child_ids_do_not_collide_across_continue_as_new(backend: 
         assert children == ["loop/1", "loop/g1/1", "loop/g2/1"]  # generation 0 keeps its form
 
 
+@workflow(name="renewer")
+async def renewer(ctx: WorkflowContext, generation: int) -> str:
+    await ctx.start_child(napper, id=f"asked-{generation}", parent_close_policy="request_cancel")
+    await ctx.start_child(napper, id=f"kept-{generation}", parent_close_policy="abandon")
+    if generation == 0:
+        await ctx.continue_as_new(1)
+    await ctx.sleep("30m")  # its children nap for an hour
+    return "done"
+
+
+async def test_continue_as_new_applies_the_close_policies_of_the_ending_generations_children(
+    backend: Backend,
+) -> None:
+    async with backend.engine(workflows=[renewer, napper]) as engine:
+        await engine.start(renewer, 0, id="renew")
+        await eventually(
+            lambda: _status(engine, "asked-0", "cancelled"),
+            what="generation 0's request_cancel child cancelled when generation 1 began",
+        )
+        await eventually(lambda: _generation(engine, "renew", 1), what="generation 1 began")
+        await eventually(
+            lambda: _status(engine, "asked-1", "running"), what="generation 1's child started"
+        )
+        assert (await engine.describe("kept-0")).status == "running"  # abandoned: left alone
+        assert (await engine.describe("asked-1")).status == "running"  # the live generation's
+        # Asleep: the parent, and the naps of kept-0, kept-1 and asked-1.
+        await eventually(lambda: backend.clock.pending_timers() == 4, what="all asleep")
+        backend.clock.advance(30 * 60)
+        assert await engine.get_handle("renew").result(timeout=5) == "done"
+        await eventually(lambda: _status(engine, "asked-1", "cancelled"), what="closed at the end")
+
+
+async def _status(engine: Engine, workflow_id: str, status: str) -> bool:
+    try:
+        return (await engine.describe(workflow_id)).status == status
+    except WorkflowNotFoundError:
+        return False
+
+
 # --- item 7: a consumed cancel does not follow the run into its next generation ------
 
 

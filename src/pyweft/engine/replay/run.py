@@ -803,7 +803,32 @@ class Run:
         deletes: list[Op] = [
             Delete(key=k) for k, _ in rows if keys.belongs_to_run(k, prefix) and k not in keep
         ]
-        now = self.services.clock.now()
+        # The generation ends like a run does: its children's close policies are applied in
+        # the same batch (a child started by this generation must not outlive it unasked).
+        host = self.services.children
+        while True:
+            plan = None
+            if self.has_children and host is not None:
+                plan = await host.close_plan(self.id, self.services.clock.now())
+            now = self.services.clock.now()
+            if await self._commit_generation(payload, now, deletes, plan):
+                break
+        self.has_children = False
+        self.journal, self.pendings, self._open_pendings = {}, {}, set()
+        self.recorded_updates, self.update_index, self.version_pins = {}, {}, {}
+        self.query_handlers, self.update_handlers = {}, {}
+        self._next_step = 0
+        self.logical_now = now
+        seed = hashlib.sha256(f"{self.id}\x00{self.state.generation}".encode()).digest()
+        self.rng = random.Random(int.from_bytes(seed[:8], "big"))
+        if plan is not None and plan.asked and host is not None:
+            await host.close_children(self.id, plan.asked)
+
+    async def _commit_generation(
+        self, payload: bytes, now: float, deletes: list[Op], plan: ClosePlan | None
+    ) -> bool:
+        """Write the next generation's state. ``False`` if a child changed since ``plan``
+        was read (read the children again); ``Superseded`` if the run itself changed."""
         async with self._lock:
             # A cancel the old generation consumed is gone for good; one it never saw (it
             # came after its last step) is the new generation's to take.
@@ -816,16 +841,24 @@ class Run:
                 updated_at=now,
                 cancel_requested=carry_cancel,
             )
+            raw = records.encode(new)
             staged, self.staged = self.staged, {}
-            await self._write_state_locked(new, [*deletes, *staged.values()])
+            ops: list[Op] = [Put(key=keys.wf(self.id), value=raw), *deletes, *staged.values()]
+            ops += status_change_ops(self.state, new)
+            conditions = [Expect(key=keys.wf(self.id), value=self.state_raw)]
+            if plan is not None:
+                ops += plan.ops
+                conditions += plan.conditions
+            if not await self.services.committer.commit(ops, conditions, workflow_id=self.id):
+                self.staged = {**staged, **self.staged}
+                if plan is None or not plan.conditions:
+                    raise Superseded()
+                if await self.services.storage.get(keys.wf(self.id)) != self.state_raw:
+                    raise Superseded()
+                return False
+            self.state, self.state_raw = new, raw
             self.cancel_requested, self.cancel_delivered = carry_cancel, False
-        self.journal, self.pendings, self._open_pendings = {}, {}, set()
-        self.recorded_updates, self.update_index, self.version_pins = {}, {}, {}
-        self.query_handlers, self.update_handlers = {}, {}
-        self._next_step = 0
-        self.logical_now = now
-        seed = hashlib.sha256(f"{self.id}\x00{new.generation}".encode()).digest()
-        self.rng = random.Random(int.from_bytes(seed[:8], "big"))
+        return True
 
     async def _drive_once(self, make_context: Callable[[Run], Any]) -> None:
         try:
