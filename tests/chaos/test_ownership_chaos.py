@@ -62,6 +62,13 @@ class Chaos:
     kills: int = 0
     stops: int = 0
     born: int = 0
+    notes: own.OwnershipLedger | None = None  # the test's own lines in the ledger
+
+    def note(self, kind: str, name: str) -> None:
+        """KILL/STOP/CONT/SPAWN lines, so a failure's timeline shows what the test did."""
+        if self.notes is None:
+            self.notes = own.OwnershipLedger(self.tmp / "ledger.txt", "CHAOS")
+        self.notes.note(kind, name)
 
     def config(self, start: range | tuple[int, ...] = ()) -> own.WorkerConfig:
         (self.tmp / "control").mkdir(exist_ok=True)
@@ -83,6 +90,7 @@ class Chaos:
     def spawn(self, start: range | tuple[int, ...] = ()) -> kit.WorkerProcess:
         name = f"E{self.born}"
         self.born += 1
+        self.note("SPAWN", name)
         w = own.launch(self.tmp, name, self.config(start))
         self.live[name] = w
         self.all.append(w)
@@ -93,6 +101,7 @@ class Chaos:
             if now >= until:
                 self.live[name].proc.send_signal(signal.SIGCONT)
                 self.conts[name].append(time.time())
+                self.note("CONT", name)
                 del self.stopped[name]
         healthy = [n for n in self.live if n not in self.stopped]
         if len(healthy) < 2:
@@ -100,9 +109,11 @@ class Chaos:
         victim = self.rng.choice(healthy)
         if self.rng.random() < 0.4:
             self.live.pop(victim).kill()
+            self.note("KILL", victim)
             self.kills += 1
         else:
             self.live[victim].proc.send_signal(signal.SIGSTOP)
+            self.note("STOP", victim)
             self.stopped[victim] = now + self.rng.uniform(0.5, 3.0)
             self.stops += 1
 
@@ -110,8 +121,9 @@ class Chaos:
 @pytest.mark.slow
 @pytest.mark.postgres
 async def test_engines_killed_and_paused_at_random_lose_nothing_and_repeat_no_step(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("OWNERSHIP_TRACE", "1")  # workers note the claims they take over
     seed = random.randrange(1 << 30)
     print(f"\nchaos seed {seed}")
     with postgres_schema() as (server, schema):
@@ -182,12 +194,16 @@ async def test_engines_killed_and_paused_at_random_lose_nothing_and_repeat_no_st
                 f"{e.token}: {e.lifetime} began it (line {e.index}) after line {mark.index} "
                 "proved it committed: a completed step ran again"
             )
+    slow = []
     for rid, stats in per_run.items():
         if stats["gap"] > BOUND + WORK_S:
+            slow.append(rid)
             problems.append(
                 f"{rid}: nothing happened for {stats['gap']:.2f}s, more than the bound "
                 f"{BOUND:g}s plus a step"
             )
+    if slow:
+        print(timeline(events, slow[0]))
     print(
         f"chaos: {chaos.kills} SIGKILLs, {chaos.stops} SIGSTOPs over {CHAOS_S:g}s, "
         f"{len(lifetimes)} engine processes; {RUNS} runs x {STEPS} steps; bound {BOUND:g}s"
@@ -208,3 +224,25 @@ async def test_engines_killed_and_paused_at_random_lose_nothing_and_repeat_no_st
     )
     assert chaos.kills + chaos.stops >= 10, "too little chaos to prove anything"
     assert not problems, f"{len(problems)} problem(s):\n" + "\n".join(problems[:40])
+
+
+CONTEXT = ("KILL", "STOP", "CONT", "SPAWN", "OPEN", "TOOK", "CLAIMLOST", "DEPOSED")
+
+
+def timeline(events: list[kit.Event], rid: str) -> str:
+    """The ledger around ``rid``'s longest gap: its own lines, what the test did to the
+    engines, and which engine took which claim (workers note TOOK under OWNERSHIP_TRACE)."""
+    mine = [e for e in events if e.run == rid and e.kind in ("BEGIN", "END", "CANCEL", "MARK")]
+    worst = max(range(1, len(mine)), key=lambda i: mine[i].at - mine[i - 1].at)
+    lo, hi = mine[worst - 1].at - 3.0, mine[worst].at + 0.5
+    t0 = mine[worst - 1].at
+    shown = [
+        e
+        for e in events
+        if lo <= e.at <= hi
+        and (e.run == rid or (e.kind in CONTEXT and (e.kind != "TOOK" or e.run == rid)))
+        and not (e.kind in ("CLAIMLOST",) and e.run != rid)
+    ]
+    out = [f"timeline of {rid} around its longest gap (t=0 at the gap's start):"]
+    out += [f"  {e.at - t0:+7.3f}s {e.kind:9s} {e.lifetime:6s} {e.run} {e.label}" for e in shown]
+    return "\n".join(out)

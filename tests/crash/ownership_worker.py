@@ -222,7 +222,16 @@ def _trace_claim_cycle(engine: Engine) -> None:
         )
         return taken
 
+    acquire_many = claims.acquire_many
+
+    async def noted_acquire_many(found: Any) -> list[str]:
+        taken = await acquire_many(found)
+        for workflow_id in taken:  # the chaos test's timeline shows who took what, when
+            ledger().note("TOOK", workflow_id)
+        return taken
+
     claims._renew_all = timed_renew  # type: ignore[method-assign]
+    claims.acquire_many = noted_acquire_many  # type: ignore[method-assign]
     core.reclaim = timed_reclaim  # type: ignore[method-assign]
 
 
