@@ -230,8 +230,17 @@ def _trace_claim_cycle(engine: Engine) -> None:
             ledger().note("TOOK", workflow_id)
         return taken
 
+    acquire = claims.acquire
+
+    async def noted_acquire(workflow_id: str) -> bool:
+        taken = await acquire(workflow_id)
+        if taken:
+            ledger().note("TOOK", workflow_id)
+        return taken
+
     claims._renew_all = timed_renew  # type: ignore[method-assign]
     claims.acquire_many = noted_acquire_many  # type: ignore[method-assign]
+    claims.acquire = noted_acquire  # type: ignore[method-assign]
     core.reclaim = timed_reclaim  # type: ignore[method-assign]
 
 
