@@ -24,8 +24,10 @@ from pyweft.engine.replay.events import WorkflowEvent
 from pyweft.engine.replay.info import Page, RunInfo, StepInfo, WorkflowInfo
 from pyweft.engine.replay.records import ErrorInfo
 from pyweft.engine.replay.stats import EngineStats
+from pyweft.engine.steps.activity_context import ActivityContext, activity_context
 from pyweft.engine.visibility.reader import Group, History, HistoryEvent
 from pyweft.errors import (
+    ActivityCancelledError,
     ActivityError,
     ActivityNotRegisteredError,
     ActivityTimeoutError,
@@ -90,6 +92,9 @@ __all__ = [
     "WorkflowContext",
     "activity",
     "workflow",
+    # inside an activity
+    "ActivityContext",
+    "activity_context",
     # running it
     "Engine",
     "WorkflowHandle",
@@ -124,6 +129,7 @@ __all__ = [
     "parse_duration",
     "format_duration",
     # errors and warnings
+    "ActivityCancelledError",
     "ActivityError",
     "ActivityNotRegisteredError",
     "ActivityTimeoutError",

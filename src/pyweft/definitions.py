@@ -112,6 +112,9 @@ class ActivityDefinition:
     timeout_s: float | None
     schedule_to_close_s: float | None
     result_type: object
+    heartbeat_timeout_s: float | None = None  # an attempt silent this long fails
+    heartbeat_throttle_s: float | None = None  # None: derived from heartbeat_timeout_s
+    cancel_grace_s: float = 10.0  # how long a cancelled `def` activity may take to return
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -157,6 +160,9 @@ def _activity_definition(
     retry: RetryPolicy | None,
     timeout: Duration | None,
     schedule_to_close: Duration | None,
+    heartbeat_timeout: Duration | None = None,
+    heartbeat_throttle: Duration | None = None,
+    cancel_grace: Duration | None = None,
 ) -> ActivityDefinition:
     if not callable(fn):
         raise DefinitionError(f"@activity must decorate a function, got {fn!r}")
@@ -180,6 +186,11 @@ def _activity_definition(
         timeout_s=parse_activity_timeout(timeout, field="timeout"),
         schedule_to_close_s=parse_activity_timeout(schedule_to_close, field="schedule_to_close"),
         result_type=result_type,
+        heartbeat_timeout_s=parse_activity_timeout(heartbeat_timeout, field="heartbeat_timeout"),
+        heartbeat_throttle_s=parse_activity_timeout(heartbeat_throttle, field="heartbeat_throttle"),
+        cancel_grace_s=10.0
+        if cancel_grace is None
+        else parse_duration(cancel_grace, field="cancel_grace"),
     )
 
 
@@ -191,7 +202,12 @@ def parse_activity_timeout(value: Duration | None, *, field: str) -> float | Non
     """
     seconds = parse_optional_duration(value, field=field)
     if seconds == 0.0:
-        what = "each attempt" if field == "timeout" else "all attempts together, backoff included"
+        what = {
+            "timeout": "each attempt",
+            "schedule_to_close": "all attempts together, backoff included",
+            "heartbeat_timeout": "the silence allowed between two heartbeats",
+            "heartbeat_throttle": "how often heartbeat details are written",
+        }.get(field, field)
         raise InvalidDurationError(
             f"Invalid {field}: 0 would fail the activity before it starts; {field} bounds "
             f"{what}, so give it more than 0 seconds, or None for no limit"
@@ -221,6 +237,9 @@ def activity(
     retry: RetryPolicy | None = None,
     timeout: Duration | None = None,
     schedule_to_close: Duration | None = None,
+    heartbeat_timeout: Duration | None = None,
+    heartbeat_throttle: Duration | None = None,
+    cancel_grace: Duration | None = None,
 ) -> Callable[[F], F]: ...
 def activity(
     fn: F | None = None,
@@ -230,12 +249,20 @@ def activity(
     retry: RetryPolicy | None = None,
     timeout: Duration | None = None,
     schedule_to_close: Duration | None = None,
+    heartbeat_timeout: Duration | None = None,
+    heartbeat_throttle: Duration | None = None,
+    cancel_grace: Duration | None = None,
 ) -> F | Callable[[F], F]:
     """Declare an activity: a unit of side-effecting work whose result is recorded.
 
     ``async def`` activities run on the event loop; plain ``def`` activities run
     in the engine's activity thread pool. ``timeout`` bounds each attempt,
     ``schedule_to_close`` bounds all attempts together (backoff included).
+    ``heartbeat_timeout`` fails an attempt that goes that long without calling
+    ``activity_context().heartbeat()``; ``heartbeat_throttle`` is the most often its
+    details are written to the store (default: 0.8 of ``heartbeat_timeout``, else 30s).
+    ``cancel_grace`` (default 10s) is how long a cancelled plain ``def`` activity is
+    given to notice ``activity_context().cancelled`` and return.
     """
 
     def decorate(f: F) -> F:
@@ -245,7 +272,14 @@ def activity(
                 "one or the other; start workflows with engine.start or ctx.start_child"
             )
         definition = _activity_definition(
-            f, name=name, retry=retry, timeout=timeout, schedule_to_close=schedule_to_close
+            f,
+            name=name,
+            retry=retry,
+            timeout=timeout,
+            schedule_to_close=schedule_to_close,
+            heartbeat_timeout=heartbeat_timeout,
+            heartbeat_throttle=heartbeat_throttle,
+            cancel_grace=cancel_grace,
         )
         if inspect.ismethod(f):
             # A bound method takes no attributes: wrap it, keeping its object.

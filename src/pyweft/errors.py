@@ -392,7 +392,29 @@ class ActivityError(PyweftError):
 
 
 class ActivityTimeoutError(PyweftError, TimeoutError):
-    """One activity attempt exceeded its ``timeout`` (a retryable failure)."""
+    """One activity attempt ran out of time (a retryable failure).
+
+    ``kind`` says which limit: ``"attempt"`` (its ``timeout``), ``"heartbeat"`` (it did
+    not heartbeat within ``heartbeat_timeout``) or ``"schedule_to_close"`` (the budget
+    of all attempts was spent).
+    """
+
+    def __init__(self, message: str, *, kind: str = "attempt") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class ActivityCancelledError(PyweftError):
+    """Raised inside a plain ``def`` activity by ``heartbeat()`` or ``check_cancelled()``
+    once its attempt is cancelled (the run was cancelled or timed out, the attempt's
+    timeout fired, or its branch lost a race). Let it propagate: whatever the activity
+    returns after that is discarded."""
+
+    def __init__(self, message: str, *, workflow_id: str, step: int, reason: str) -> None:
+        super().__init__(message)
+        self.workflow_id = workflow_id
+        self.step = step
+        self.reason = reason
 
 
 # --- storage ----------------------------------------------------------------------

@@ -103,6 +103,10 @@ class PendingStep(msgspec.Struct, array_like=True):
     first_started_at: float = 0.0
     last_error: ErrorInfo | None = None
     ref: str | None = None  # e.g. the review id of an open review
+    # An activity's latest heartbeat details (encoded user payload) and when they were
+    # given: kept for the step's next attempt, deleted with the record when it ends.
+    heartbeat: bytes | None = None
+    heartbeat_at: float | None = None
 
 
 _enc = msgspec.msgpack.Encoder()

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
-import functools
 import logging
 from typing import Any
+
+import msgspec
 
 from pyweft.definitions import ActivityDefinition, RetryPolicy
 from pyweft.engine.ownership import confirm_owned
@@ -14,7 +13,10 @@ from pyweft.engine.replay import records
 from pyweft.engine.replay.operations import operation
 from pyweft.engine.replay.records import ErrorInfo, PendingStep, StepRecord
 from pyweft.engine.replay.run import Run
-from pyweft.engine.steps.activity_scope import ActivityScope, activity_scope
+from pyweft.engine.steps import tokens
+from pyweft.engine.steps.activity_context import ActivityContext, enter, leave
+from pyweft.engine.steps.attempt import run_attempt
+from pyweft.engine.steps.heartbeats import Heartbeats, throttle_for
 from pyweft.errors import ActivityError, ActivityTimeoutError, PayloadError
 
 log = logging.getLogger("pyweft.activities")
@@ -65,28 +67,55 @@ async def run_activity(
     first = pend.first_started_at if pend else clock.now()
     if pend is not None and pend.deadline > clock.now():
         await run.live(run.wait_until(pend.deadline))
+    # The step's progress record as of now: heartbeat writes and retries build on it.
+    base = pend or PendingStep(
+        step=step, kind="activity", name=act.name, deadline=0.0, first_started_at=first
+    )
+    throttle_s = throttle_for(act.heartbeat_throttle_s, act.heartbeat_timeout_s)
+    execution = tokens.execution_token(run)
     while True:
         attempt += 1
+        started = clock.now()
         attempt_timeout = timeout_s
+        timeout_kind = "attempt"
         if budget_s is not None:
-            left = budget_s - (clock.now() - first)
-            attempt_timeout = left if timeout_s is None else min(timeout_s, left)
-        scope = ActivityScope(
+            left = budget_s - (started - first)
+            if timeout_s is None or left < timeout_s:
+                attempt_timeout, timeout_kind = left, "schedule_to_close"
+        base = msgspec.structs.replace(base, attempt=attempt - 1)
+        beats = Heartbeats(run, base, throttle_s)
+        actx = ActivityContext(
             workflow_id=run.id,
             workflow_type=run.definition.name,
             activity=act.name,
             step=step,
             attempt=attempt,
+            scheduled_at=first,
+            started_at=started,
+            deadline=None if attempt_timeout is None else started + attempt_timeout,
+            attempt_token=tokens.attempt_token(execution, step, attempt),
+            workflow_execution_token=execution,
+            last_heartbeat=_details(codec, base),
+            heartbeats=beats,
         )
         # A deposed engine must not start what its successor may run too.
         await confirm_owned(run.services.committer.fence, run.id)
         try:
-            if attempt_timeout is not None and attempt_timeout <= 0:
-                raise ActivityTimeoutError(
-                    f"activity {act.name!r} ran out of its schedule_to_close budget"
-                )
-            with activity_scope(scope):
-                value = await run.live(_execute(run, act, args, attempt_timeout))
+            try:
+                if attempt_timeout is not None and attempt_timeout <= 0:
+                    raise ActivityTimeoutError(
+                        f"activity {act.name!r} ran out of its schedule_to_close budget",
+                        kind="schedule_to_close",
+                    )
+                token = enter(actx)
+                try:
+                    value = await run.live(
+                        run_attempt(run, act, args, actx, beats, attempt_timeout, timeout_kind)
+                    )
+                finally:
+                    leave(token)
+            finally:
+                await beats.close()
             payload = run.encode_result(value, f"result of activity {act.name!r}")
             result = _decode_result(codec, payload, act, step)  # before it is recorded as done
         except Exception as exc:
@@ -120,20 +149,22 @@ async def run_activity(
                 attempt,
                 info.message,
                 delay,
-                extra=scope.extras(),
+                extra=actx.extras(),
             )
             retry_at = now + delay
-            await run.commit_pending(
-                PendingStep(
-                    step=step,
-                    kind="activity",
-                    name=act.name,
-                    deadline=retry_at,
-                    attempt=attempt,
-                    first_started_at=first,
-                    last_error=info,
-                )
+            details, details_at = beats.carried()
+            base = PendingStep(
+                step=step,
+                kind="activity",
+                name=act.name,
+                deadline=retry_at,
+                attempt=attempt,
+                first_started_at=first,
+                last_error=info,
+                heartbeat=details,
+                heartbeat_at=details_at,
             )
+            await run.commit_pending(base)
             await run.live(run.wait_until(retry_at))
             continue
         done = StepRecord(
@@ -150,6 +181,13 @@ async def run_activity(
         return result
 
 
+def _details(codec: Any, base: PendingStep) -> tuple[Any, bool]:
+    """The heartbeat details an earlier attempt of this step left, decoded."""
+    if base.heartbeat is None:
+        return None, False
+    return codec.decode(base.heartbeat), True
+
+
 def _decode_result(codec: Any, payload: bytes, act: ActivityDefinition, step: int) -> Any:
     try:
         return codec.decode(payload, act.result_type)
@@ -159,45 +197,3 @@ def _decode_result(codec: Any, payload: bytes, act: ActivityDefinition, step: in
             f"return annotation: {exc} Return what the annotation says, or fix the annotation.",
             path=exc.path,
         ) from exc
-
-
-async def _execute(
-    run: Run, act: ActivityDefinition, args: tuple[Any, ...], timeout_s: float | None
-) -> Any:
-    if act.is_async:
-        if timeout_s is None:
-            return await act.fn(*args)
-        return await _with_timeout(run, asyncio.ensure_future(act.fn(*args)), act, timeout_s)
-    loop = asyncio.get_running_loop()
-    call = functools.partial(contextvars.copy_context().run, act.fn, *args)  # keeps the scope
-    fut = loop.run_in_executor(run.services.executor, call)
-    if timeout_s is None:
-        return await fut
-    return await _with_timeout(run, fut, act, timeout_s)
-
-
-async def _with_timeout(
-    run: Run, fut: asyncio.Future[Any], act: ActivityDefinition, timeout_s: float
-) -> Any:
-    """Await ``fut`` but cancel it once ``timeout_s`` passes on the engine clock."""
-    expired = False
-
-    def expire() -> None:
-        nonlocal expired
-        expired = True
-        fut.cancel()
-
-    clock = run.services.clock
-    handle = clock.call_at(clock.now() + timeout_s, expire)
-    try:
-        return await fut
-    except asyncio.CancelledError:
-        if expired:
-            raise ActivityTimeoutError(
-                f"activity {act.name!r} attempt timed out after {timeout_s:.3f}s"
-            ) from None
-        raise
-    finally:
-        handle.cancel()
-        if not fut.done():
-            fut.cancel()
