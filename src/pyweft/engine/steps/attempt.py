@@ -13,6 +13,8 @@ branch lost a ``ctx.race``). Then:
   ``cancel_grace`` for the thread to return. One that ignores the request keeps
   its thread until it returns by itself; its outcome is discarded and a warning
   is logged. The step's outcome is the cancellation or timeout either way.
+  When the engine stops driving the run (shutdown, lost ownership) nothing is
+  recorded, so it does not wait: the thread finishes on its own, as before.
 """
 
 from __future__ import annotations
@@ -63,7 +65,9 @@ async def run_attempt(
     except asyncio.CancelledError:
         expired = limits.expired
         actx.cancel(_EXPIRED.get(expired, "") if expired else _why_cancelled(run))
-        if cf is not None and done is not None:
+        if cf is not None and done is not None and not run.stopping:
+            # Its outcome is recorded: give the thread its grace to stop first. (When
+            # the engine stops driving the run, nothing is recorded and nobody waits.)
             await _grace(run, act, actx, cf, done)
         if expired is not None:
             raise ActivityTimeoutError(limits.message(act), kind=expired) from None
