@@ -41,28 +41,42 @@ class RetryPolicy:
 
     Intervals accept seconds, ``timedelta`` or strings such as ``"30s"``; they
     are stored as float seconds. The wait before attempt ``n + 1`` is
-    ``min(initial_interval * backoff ** (n - 1), max_interval)``. Exceptions
-    whose type is (a subclass of) one in ``non_retryable`` fail at once.
+    ``min(initial_interval * backoff ** (n - 1), max_interval)``.
+    ``max_attempts=None`` retries until it succeeds (bounded only by the
+    activity's ``schedule_to_close``). An error fails at once when its type is
+    (a subclass of) a class in ``non_retryable`` or has a name listed there (the
+    class name, or ``module.QualName``, of the type or any base), when it is an
+    ``ApplicationError(non_retryable=True)``, or when ``should_retry(error,
+    attempt)`` returns false.
     """
 
-    max_attempts: int = 3
+    max_attempts: int | None = 3
     initial_interval: float = 1.0
     backoff: float = 2.0
     max_interval: float = 60.0
     non_retryable: tuple[type[BaseException], ...] = ()
+    non_retryable_names: frozenset[str] = frozenset()
+    should_retry: Callable[[BaseException, int], bool] | None = None
 
     def __init__(
         self,
         *,
-        max_attempts: int = 3,
+        max_attempts: int | None = 3,
         initial_interval: Duration = 1.0,
         backoff: float = 2.0,
         max_interval: Duration = 60.0,
-        non_retryable: Iterable[type[BaseException]] = (),
+        non_retryable: Iterable[type[BaseException] | str] = (),
+        should_retry: Callable[[BaseException, int], bool] | None = None,
     ) -> None:
-        if type(max_attempts) is not int or max_attempts < 1:
+        if max_attempts is not None and (type(max_attempts) is not int or max_attempts < 1):
             raise DefinitionError(
-                f"RetryPolicy.max_attempts must be an int >= 1, got {max_attempts!r}"
+                f"RetryPolicy.max_attempts must be an int >= 1, or None to retry until it "
+                f"succeeds, got {max_attempts!r}"
+            )
+        if should_retry is not None and not callable(should_retry):
+            raise DefinitionError(
+                f"RetryPolicy.should_retry must be a function (error, attempt) -> bool, got "
+                f"{should_retry!r}"
             )
         if (
             not isinstance(backoff, int | float)
@@ -73,18 +87,26 @@ class RetryPolicy:
                 f"RetryPolicy.backoff must be a finite number >= 1.0 (1.0 waits the same "
                 f"initial_interval every time), got {backoff!r}"
             )
-        types = tuple(non_retryable)
-        for t in types:
-            if not (isinstance(t, type) and issubclass(t, BaseException)):
+        types: list[type[BaseException]] = []
+        names: set[str] = set()
+        for t in non_retryable:
+            if isinstance(t, str) and t:
+                names.add(t)
+            elif isinstance(t, type) and issubclass(t, BaseException):
+                types.append(t)
+            else:
                 raise DefinitionError(
-                    f"RetryPolicy.non_retryable must hold exception classes, got {t!r}"
+                    f"RetryPolicy.non_retryable must hold exception classes or their names "
+                    f"(like 'PaymentDeclined'), got {t!r}"
                 )
         set_ = object.__setattr__
         set_(self, "max_attempts", max_attempts)
         set_(self, "initial_interval", parse_duration(initial_interval, field="initial_interval"))
         set_(self, "backoff", float(backoff))
         set_(self, "max_interval", parse_duration(max_interval, field="max_interval"))
-        set_(self, "non_retryable", types)
+        set_(self, "non_retryable", tuple(types))
+        set_(self, "non_retryable_names", frozenset(names))
+        set_(self, "should_retry", should_retry)
 
     def delay_after(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
@@ -95,7 +117,28 @@ class RetryPolicy:
         return float(min(delay, self.max_interval))
 
     def is_retryable(self, exc: BaseException) -> bool:
-        return not isinstance(exc, self.non_retryable)
+        """False when ``exc`` is non-retryable by type, name or its own marker."""
+        if isinstance(exc, self.non_retryable) or getattr(exc, "non_retryable", False) is True:
+            return False
+        if self.non_retryable_names:
+            for cls in type(exc).__mro__:
+                if (
+                    cls.__name__ in self.non_retryable_names
+                    or f"{cls.__module__}.{cls.__qualname__}" in self.non_retryable_names
+                ):
+                    return False
+            declared = getattr(exc, "type", None)  # ApplicationError(type="PaymentDeclined")
+            if isinstance(declared, str) and declared in self.non_retryable_names:
+                return False
+        return True
+
+    def allows_retry(self, exc: BaseException, attempt: int) -> bool:
+        """Whether failed attempt number ``attempt`` (1-based) may be followed by another."""
+        if self.max_attempts is not None and attempt >= self.max_attempts:
+            return False
+        if not self.is_retryable(exc):
+            return False
+        return self.should_retry is None or bool(self.should_retry(exc, attempt))
 
 
 DEFAULT_RETRY = RetryPolicy()

@@ -369,8 +369,11 @@ class RunTornDown(BaseException):
 class ActivityError(PyweftError):
     """An activity failed for good (retries exhausted, non-retryable, or out of budget).
 
-    Raised into the workflow, where it may be caught. ``error_type`` and
-    ``error_message`` preserve the original exception across restarts.
+    Raised into the workflow, where it may be caught. ``error_type``,
+    ``error_message`` and ``error_traceback`` preserve the original exception
+    across restarts; ``cause`` (also ``__cause__``) is that exception rebuilt, when
+    its class is loaded in this process and can be built from its message, else
+    ``None``: branch on ``isinstance(err.cause, X)`` or on ``err.error_type``.
     """
 
     def __init__(
@@ -382,6 +385,8 @@ class ActivityError(PyweftError):
         attempts: int,
         error_type: str,
         error_message: str,
+        error_traceback: str | None = None,
+        cause: BaseException | None = None,
     ) -> None:
         super().__init__(message)
         self.activity_name = activity_name
@@ -389,6 +394,31 @@ class ActivityError(PyweftError):
         self.attempts = attempts
         self.error_type = error_type
         self.error_message = error_message
+        self.error_traceback = error_traceback
+        self.cause = cause
+
+
+class ApplicationError(PyweftError):
+    """Raise it from an activity to fail the attempt on your terms.
+
+    ``non_retryable=True`` stops retries at once, whatever the retry policy says.
+    ``type`` names the failure (recorded as the ``error_type`` the workflow sees,
+    and matched by ``RetryPolicy(non_retryable=[...])``); it defaults to
+    ``"ApplicationError"``. ``details`` is any JSON-like value kept with the error.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        type: str | None = None,
+        non_retryable: bool = False,
+        details: object = None,
+    ) -> None:
+        super().__init__(message)
+        self.type = type
+        self.non_retryable = non_retryable
+        self.details = details
 
 
 class ActivityTimeoutError(PyweftError, TimeoutError):

@@ -45,6 +45,8 @@ class ErrorInfo(msgspec.Struct, array_like=True, frozen=True):
     type: str
     message: str
     code: str | None = None
+    traceback: str | None = None  # an activity's failure: the traceback text, as raised
+    module: str | None = None  # the exception class as `module.QualName` (to rebuild it)
 
 
 class WorkflowState(msgspec.Struct, array_like=True):

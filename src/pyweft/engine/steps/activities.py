@@ -9,30 +9,17 @@ import msgspec
 
 from pyweft.definitions import ActivityDefinition, RetryPolicy
 from pyweft.engine.ownership import confirm_owned
-from pyweft.engine.replay import records
 from pyweft.engine.replay.operations import operation
-from pyweft.engine.replay.records import ErrorInfo, PendingStep, StepRecord
+from pyweft.engine.replay.records import PendingStep, StepRecord
 from pyweft.engine.replay.run import Run
 from pyweft.engine.steps import tokens
 from pyweft.engine.steps.activity_context import ActivityContext, enter, leave
 from pyweft.engine.steps.attempt import run_attempt
+from pyweft.engine.steps.failures import activity_error, failure_info
 from pyweft.engine.steps.heartbeats import Heartbeats, throttle_for
-from pyweft.errors import ActivityError, ActivityTimeoutError, PayloadError
+from pyweft.errors import ActivityTimeoutError, PayloadError
 
 log = logging.getLogger("pyweft.activities")
-
-
-def activity_error(rec: StepRecord) -> ActivityError:
-    err = rec.error or ErrorInfo(type="Exception", message="")
-    return ActivityError(
-        f"activity {rec.name!r} (step {rec.step}) failed after {rec.attempts} attempt(s): "
-        f"{err.type}: {err.message}",
-        activity_name=rec.name,
-        step=rec.step,
-        attempts=rec.attempts,
-        error_type=err.type,
-        error_message=err.message,
-    )
 
 
 @operation
@@ -123,11 +110,10 @@ async def run_activity(
             delay = retry.delay_after(attempt)
             give_up = (
                 isinstance(exc, PayloadError)
-                or not retry.is_retryable(exc)
-                or attempt >= retry.max_attempts
                 or (budget_s is not None and now + delay - first >= budget_s)
+                or not _allows_retry(retry, exc, attempt, act.name)
             )
-            info = records.error_info(exc)
+            info = failure_info(exc)
             if give_up:
                 failed = StepRecord(
                     step=step,
@@ -140,7 +126,8 @@ async def run_activity(
                     error=info,
                 )
                 await run.commit_step(failed)
-                raise activity_error(failed) from exc
+                error = activity_error(failed)  # the same cause live and on replay
+                raise error from error.cause
             log.info(
                 "activity %s (workflow %s step %d) attempt %d failed: %s; retrying in %.3fs",
                 act.name,
@@ -179,6 +166,14 @@ async def run_activity(
         )
         await run.commit_step(done)
         return result
+
+
+def _allows_retry(retry: RetryPolicy, exc: BaseException, attempt: int, name: str) -> bool:
+    try:
+        return retry.allows_retry(exc, attempt)
+    except Exception as bad:  # a should_retry that fails cannot allow a retry
+        log.warning("activity %s: RetryPolicy.should_retry raised %r; not retrying", name, bad)
+        return False
 
 
 def _details(codec: Any, base: PendingStep) -> tuple[Any, bool]:
