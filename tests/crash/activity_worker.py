@@ -1,0 +1,85 @@
+"""One engine in its own process, for the activity crash tests (heartbeats and friends).
+
+Usage: ``python activity_worker.py CONFIG_JSON`` with keys ``url``, ``ledger``,
+``lifetime``, ``mode``, ``start`` (run ids to start), ``wait_for`` (run ids to wait
+for before exiting) and ``stall`` (true: activities never finish in this process,
+so the test can kill it mid-attempt).
+
+Each ledger line is ``KIND LIFETIME TIME RUN/LABEL ATTEMPT JSON`` written with one
+``os.write`` on an ``O_APPEND`` descriptor (a line is whole or absent after SIGKILL):
+
+``READY``  the engine is open;  ``START``  an attempt began (JSON: its
+``last_heartbeat_details``);  ``BEAT``  it heartbeated (JSON: the details);
+``DONE``  a run this process waited for completed (JSON: its result).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+from pyweft import Engine, RetryPolicy, WorkflowContext, activity, activity_context, workflow
+
+CFG: dict[str, Any] = {}
+_ledger: int | None = None
+
+
+def note(kind: str, what: str = "-", attempt: int = 0, data: Any = None) -> None:
+    assert _ledger is not None
+    text = json.dumps(data, separators=(",", ":"))
+    line = f"{kind} {CFG['lifetime']} {time.time():.6f} {what} {attempt} {text}\n"
+    os.write(_ledger, line.encode())
+
+
+@activity(heartbeat_throttle="0.05s", retry=RetryPolicy(max_attempts=5, initial_interval=0.1))
+def count(label: str) -> dict[str, Any]:
+    """Counts to 40 (forever when stalled), heartbeating ``{"label", "n"}`` each step."""
+    ctx = activity_context()
+    last = ctx.last_heartbeat_details
+    what = f"{ctx.workflow_id}/{label}"
+    note("START", what, ctx.attempt, last)
+    n = last["n"] if last else 0
+    while CFG.get("stall") or n < 40:
+        n += 1
+        ctx.heartbeat({"label": label, "n": n})
+        note("BEAT", what, ctx.attempt, {"label": label, "n": n})
+        threading.Event().wait(0.004)
+    return {"label": label, "resumed_from": last, "attempt": ctx.attempt}
+
+
+@workflow(name="counting")
+async def counting(ctx: WorkflowContext) -> list[Any]:
+    return list(await ctx.all(ctx.run(count, "left"), ctx.run(count, "right")))
+
+
+async def main() -> int:
+    global _ledger
+    _ledger = os.open(CFG["ledger"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    engine = Engine(CFG["url"], workflows=[counting], poll_interval=0.1)
+    await engine.open()
+    note("READY")
+    try:
+        for run_id in CFG.get("start", []):
+            await engine.start(counting, id=run_id, on_conflict="use_existing")
+        for run_id in CFG.get("wait_for", []):
+            result = await engine.get_handle(run_id).result()
+            note("DONE", run_id, 0, result)
+        if CFG.get("stall"):
+            await asyncio.Event().wait()  # until SIGKILLed
+    finally:
+        await engine.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    logging.basicConfig(
+        level=logging.INFO, format="%(created).6f %(levelname)s %(name)s %(message)s"
+    )
+    CFG.update(json.loads(sys.argv[1]))
+    sys.exit(asyncio.run(main()))
