@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -59,7 +60,7 @@ async def run_activity(
         step=step, kind="activity", name=act.name, deadline=0.0, first_started_at=first
     )
     throttle_s = throttle_for(act.heartbeat_throttle_s, act.heartbeat_timeout_s)
-    execution = tokens.execution_token(run)
+    execution = functools.partial(tokens.execution_token, run)
     while True:
         attempt += 1
         started = clock.now()
@@ -80,8 +81,7 @@ async def run_activity(
             scheduled_at=first,
             started_at=started,
             deadline=None if attempt_timeout is None else started + attempt_timeout,
-            attempt_token=tokens.attempt_token(execution, step, attempt),
-            workflow_execution_token=execution,
+            execution_token=execution,
             last_heartbeat=_details(codec, base),
             heartbeats=beats,
         )

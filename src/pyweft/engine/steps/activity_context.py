@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -56,14 +57,14 @@ class ActivityContext:
         "_cancel_reason",
         "_cancelled",
         "_deadline",
+        "_execution_token",
         "_last_details",
         "_scheduled",
         "_started",
+        "_tokens",
         "activity",
         "attempt",
-        "attempt_token",
         "step",
-        "workflow_execution_token",
         "workflow_id",
         "workflow_type",
     )
@@ -79,8 +80,7 @@ class ActivityContext:
         scheduled_at: float,
         started_at: float,
         deadline: float | None,
-        attempt_token: str,
-        workflow_execution_token: str,
+        execution_token: Callable[[], str],
         last_heartbeat: tuple[Any, bool] = (None, False),
         heartbeats: Heartbeats | None = None,
     ) -> None:
@@ -92,8 +92,8 @@ class ActivityContext:
         self._scheduled = scheduled_at
         self._started = started_at
         self._deadline = deadline
-        self.attempt_token = attempt_token
-        self.workflow_execution_token = workflow_execution_token
+        self._execution_token = execution_token  # computed on first use: most never ask
+        self._tokens: tuple[str, str] | None = None
         self._last_details = last_heartbeat
         self._beats = heartbeats
         self._cancelled = False
@@ -112,6 +112,22 @@ class ActivityContext:
     @property
     def deadline(self) -> datetime | None:
         return None if self._deadline is None else _dt(self._deadline)
+
+    # --- tokens ---------------------------------------------------------------------
+
+    @property
+    def workflow_execution_token(self) -> str:
+        return self._fencing_tokens()[0]
+
+    @property
+    def attempt_token(self) -> str:
+        return self._fencing_tokens()[1]
+
+    def _fencing_tokens(self) -> tuple[str, str]:
+        if self._tokens is None:
+            execution = self._execution_token()
+            self._tokens = (execution, f"{execution}:{self.step:010d}:{self.attempt:010d}")
+        return self._tokens
 
     # --- logs -----------------------------------------------------------------------
 

@@ -80,9 +80,11 @@ class Heartbeats:
         self._throttle = throttle_s
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
-        # Writes run in the attempt's own context: inside a race branch, commit_pending
-        # must see the branch's bookkeeping so a losing branch's record is deleted.
-        self._context = contextvars.copy_context()
+        # Writes run in the attempt's own context, captured at the first heartbeat (a
+        # def activity's thread runs in a copy of it): inside a race branch,
+        # commit_pending must see the branch's bookkeeping so a losing branch's record
+        # is deleted with the branch.
+        self._context: contextvars.Context | None = None
         self.last_beat = run.services.clock.now()
         self._latest: Any = None
         self._dirty = False
@@ -111,6 +113,8 @@ class Heartbeats:
         if self._armed or self._closed:
             return
         self._armed = True
+        if self._context is None:
+            self._context = contextvars.copy_context()
         if threading.get_ident() == self._loop_thread:
             self._arm()
         else:

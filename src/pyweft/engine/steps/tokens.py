@@ -8,8 +8,9 @@ SQL ``<`` on a text column) is their order in time:
   under ``ownership="lease"``, the run's claim under ``"workflow-lease"``), so it
   grows when another engine takes the run over. A forked run has its own id, so
   its own token; ``continue_as_new`` bumps the generation.
-- ``attempt_token`` = ``{execution token}:{step}:{attempt}``: unique per attempt,
-  growing with each attempt of one step, across takeovers too.
+- ``attempt_token`` = ``{execution token}:{step}:{attempt}`` (built by the
+  activity context): unique per attempt, growing with each attempt of one step,
+  across takeovers too.
 
 With ``ownership="none"`` there is no epoch (0): one engine drives the store, and
 an attempt cut short by a crash is run again under the same token, by design
@@ -39,7 +40,3 @@ def owner_epoch(run: Run) -> int:
 
 def execution_token(run: Run) -> str:
     return f"{keys.enc(run.id)}:{run.state.generation:08d}:{owner_epoch(run):016d}"
-
-
-def attempt_token(execution: str, step: int, attempt: int) -> str:
-    return f"{execution}:{step:010d}:{attempt:010d}"
