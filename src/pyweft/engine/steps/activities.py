@@ -60,7 +60,7 @@ async def run_activity(
         step=step, kind="activity", name=act.name, deadline=0.0, first_started_at=first
     )
     throttle_s = throttle_for(act.heartbeat_throttle_s, act.heartbeat_timeout_s)
-    execution = functools.partial(tokens.execution_token, run)
+    execution = functools.partial(tokens.execution_token, run, tokens.owner_epoch(run))
     while True:
         attempt += 1
         started = clock.now()

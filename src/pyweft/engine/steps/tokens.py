@@ -38,5 +38,7 @@ def owner_epoch(run: Run) -> int:
     return 0
 
 
-def execution_token(run: Run) -> str:
-    return f"{keys.enc(run.id)}:{run.state.generation:08d}:{owner_epoch(run):016d}"
+def execution_token(run: Run, epoch: int) -> str:
+    """The token of ``run`` driven under ``epoch`` (read with :func:`owner_epoch` when the
+    step started; the string itself is built only when the activity asks for it)."""
+    return f"{keys.enc(run.id)}:{run.state.generation:08d}:{epoch:016d}"
