@@ -25,12 +25,14 @@ from pyweft.engine.replay.info import Page, RunInfo, StepInfo, WorkflowInfo
 from pyweft.engine.replay.records import ErrorInfo
 from pyweft.engine.replay.stats import EngineStats
 from pyweft.engine.steps.activity_context import ActivityContext, activity_context
+from pyweft.engine.steps.async_completion import PendingActivity
 from pyweft.engine.visibility.reader import Group, History, HistoryEvent
 from pyweft.errors import (
     ActivityCancelledError,
     ActivityError,
     ActivityNotRegisteredError,
     ActivityTimeoutError,
+    ActivityTokenNotFoundError,
     ApplicationError,
     ChildWorkflowError,
     ConfigurationError,
@@ -114,6 +116,7 @@ __all__ = [
     "UpdateRequestHandle",
     "WorkflowEvent",
     "Page",
+    "PendingActivity",
     "StepInfo",
     "WorkflowInfo",
     "RunInfo",
@@ -134,6 +137,7 @@ __all__ = [
     "ActivityError",
     "ActivityNotRegisteredError",
     "ActivityTimeoutError",
+    "ActivityTokenNotFoundError",
     "ApplicationError",
     "ChildWorkflowError",
     "ConfigurationError",

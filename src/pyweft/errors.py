@@ -434,6 +434,15 @@ class ActivityTimeoutError(PyweftError, TimeoutError):
         self.kind = kind
 
 
+class ActivityTokenNotFoundError(PyweftError, LookupError):
+    """No activity waits for this async-completion token: it is malformed, was never
+    issued, was already completed or failed, or its run moved on (retry, cancel, end)."""
+
+    def __init__(self, message: str, *, token: str) -> None:
+        super().__init__(message)
+        self.token = token
+
+
 class ActivityCancelledError(PyweftError):
     """Raised inside a plain ``def`` activity by ``heartbeat()`` or ``check_cancelled()``
     once its attempt is cancelled (the run was cancelled or timed out, the attempt's

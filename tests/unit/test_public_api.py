@@ -18,7 +18,7 @@ EXPECTED = {
     "ReviewInfo", "UpdateRequestHandle", "WorkflowEvent", "Saga", "Group", "LeaseHealth",
     "StoreOwnership", "EngineStats", "parse_duration", "format_duration",
     "LeaseLostWarning", "SecondInstanceWarning", "RunTornDown",
-    "ActivityContext", "activity_context",
+    "ActivityContext", "activity_context", "PendingActivity",
 }  # fmt: skip
 
 

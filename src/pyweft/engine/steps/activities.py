@@ -13,12 +13,13 @@ from pyweft.engine.ownership import confirm_owned
 from pyweft.engine.replay.operations import operation
 from pyweft.engine.replay.records import PendingStep, StepRecord
 from pyweft.engine.replay.run import Run
-from pyweft.engine.steps import tokens
+from pyweft.engine.steps import async_completion, tokens
 from pyweft.engine.steps.activity_context import ActivityContext, enter, leave
+from pyweft.engine.steps.async_completion import AsyncPending, is_async_token
 from pyweft.engine.steps.attempt import run_attempt
 from pyweft.engine.steps.failures import activity_error, failure_info
 from pyweft.engine.steps.heartbeats import Heartbeats, throttle_for
-from pyweft.errors import ActivityTimeoutError, PayloadError
+from pyweft.errors import ActivityTimeoutError, PayloadError, WorkflowUsageError
 
 log = logging.getLogger("pyweft.activities")
 
@@ -60,6 +61,8 @@ async def run_activity(
         step=step, kind="activity", name=act.name, deadline=0.0, first_started_at=first
     )
     throttle_s = throttle_for(act.heartbeat_throttle_s, act.heartbeat_timeout_s)
+    # Parked on an async-completion token before a restart: wait again, do not run it.
+    parked = pend.ref if pend is not None and is_async_token(pend.ref) else None
     execution = functools.partial(tokens.execution_token, run, tokens.owner_epoch(run))
     while True:
         attempt += 1
@@ -82,6 +85,7 @@ async def run_activity(
             started_at=started,
             deadline=None if attempt_timeout is None else started + attempt_timeout,
             execution_token=execution,
+            generation=run.state.generation,
             last_heartbeat=_details(codec, base),
             heartbeats=beats,
         )
@@ -96,12 +100,22 @@ async def run_activity(
                     )
                 token = enter(actx)
                 try:
-                    value = await run.live(
-                        run_attempt(run, act, args, actx, beats, attempt_timeout, timeout_kind)
+                    value = (
+                        AsyncPending(parked)
+                        if parked is not None
+                        else await run.live(
+                            run_attempt(run, act, args, actx, beats, attempt_timeout, timeout_kind)
+                        )
                     )
                 finally:
                     leave(token)
+                if isinstance(value, AsyncPending):
+                    deadline = None if attempt_timeout is None else started + attempt_timeout
+                    value = await _await_completion(
+                        run, act, actx, beats, base, value, parked, deadline, timeout_kind
+                    )
             finally:
+                parked = None
                 await beats.close()
             payload = run.encode_result(value, f"result of activity {act.name!r}")
             result = _decode_result(codec, payload, act, step)  # before it is recorded as done
@@ -166,6 +180,42 @@ async def run_activity(
         )
         await run.commit_step(done)
         return result
+
+
+async def _await_completion(
+    run: Run,
+    act: ActivityDefinition,
+    actx: ActivityContext,
+    beats: Heartbeats,
+    base: PendingStep,
+    marker: AsyncPending,
+    parked: str | None,
+    deadline: float | None,
+    deadline_kind: str,
+) -> Any:
+    """The activity returned ``complete_async()``: park the step on its token and wait."""
+    if marker.token != actx.async_token:
+        raise WorkflowUsageError(
+            f"activity {act.name!r} returned the completion marker of another attempt "
+            f"({marker.token!r}); return activity_context().complete_async() itself"
+        )
+    if parked is None:
+        beats.rebase(await async_completion.park(run, base, marker.token, announce=True))
+    else:
+        beats.rebase(msgspec.structs.replace(base, ref=parked))
+    payload = await run.live(
+        async_completion.wait_outcome(
+            run,
+            actx.step,
+            marker.token,
+            beats,
+            deadline,
+            deadline_kind,
+            act.heartbeat_timeout_s,
+            act.name,
+        )
+    )
+    return None if payload is None else run.services.codec.decode(payload)
 
 
 def _allows_retry(retry: RetryPolicy, exc: BaseException, attempt: int, name: str) -> bool:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from pyweft.errors import ActivityCancelledError, WorkflowUsageError
 
 if TYPE_CHECKING:
+    from pyweft.engine.steps.async_completion import AsyncPending
     from pyweft.engine.steps.heartbeats import Heartbeats
 
 _CURRENT: contextvars.ContextVar[ActivityContext | None] = contextvars.ContextVar(
@@ -58,6 +59,7 @@ class ActivityContext:
         "_cancelled",
         "_deadline",
         "_execution_token",
+        "_generation",
         "_last_details",
         "_scheduled",
         "_started",
@@ -81,6 +83,7 @@ class ActivityContext:
         started_at: float,
         deadline: float | None,
         execution_token: Callable[[], str],
+        generation: int = 0,
         last_heartbeat: tuple[Any, bool] = (None, False),
         heartbeats: Heartbeats | None = None,
     ) -> None:
@@ -94,6 +97,7 @@ class ActivityContext:
         self._deadline = deadline
         self._execution_token = execution_token  # computed on first use: most never ask
         self._tokens: tuple[str, str] | None = None
+        self._generation = generation
         self._last_details = last_heartbeat
         self._beats = heartbeats
         self._cancelled = False
@@ -174,6 +178,30 @@ class ActivityContext:
     def has_heartbeat_details(self) -> bool:
         """True when an earlier attempt of this step left heartbeat details."""
         return self._last_details[1]
+
+    # --- async completion -------------------------------------------------------------
+
+    @property
+    def async_token(self) -> str:
+        """The token that completes this attempt from outside (see :meth:`complete_async`).
+
+        Deterministic for (run, step, attempt): hand it out before returning."""
+        from pyweft.engine.steps.async_completion import make_token
+
+        return make_token(self.workflow_id, self._generation, self.step, self.attempt)
+
+    def complete_async(self) -> AsyncPending:
+        """Return this from the activity to leave its result to someone else.
+
+        The step then waits until ``engine.complete_activity(token, result)`` or
+        ``engine.fail_activity(token, error)`` is called with :attr:`async_token`,
+        from any process (also ``pyweft.sync`` and ``pyweft activities complete``).
+        Its ``timeout``, ``schedule_to_close`` and ``heartbeat_timeout`` still apply
+        (``engine.heartbeat_activity(token)`` keeps it alive).
+        """
+        from pyweft.engine.steps.async_completion import AsyncPending
+
+        return AsyncPending(self.async_token)
 
     # --- cancellation ---------------------------------------------------------------
 

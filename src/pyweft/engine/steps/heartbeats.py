@@ -121,6 +121,17 @@ class Heartbeats:
             with contextlib.suppress(RuntimeError):  # the loop is gone: nothing to write to
                 self._loop.call_soon_threadsafe(self._arm)
 
+    def beat_from_outside(self, payload: bytes | None, at: float) -> None:
+        """A heartbeat sent by token (``engine.heartbeat_activity``) while the step waits
+        for completion: counts for the heartbeat timeout, and its details are stored."""
+        details = None if payload is None else self._run.services.codec.decode(payload)
+        self.beat(details)
+        self.last_beat = max(self.last_beat, at)
+
+    def rebase(self, base: PendingStep) -> None:
+        """The step's progress record changed (it parked on a token): write onto it."""
+        self._base = base
+
     def _arm(self) -> None:
         if self._closed:
             return
