@@ -10,7 +10,13 @@ Each ledger line is ``KIND LIFETIME TIME RUN/LABEL ATTEMPT JSON`` written with o
 
 ``READY``  the engine is open;  ``START``  an attempt began (JSON: its
 ``last_heartbeat_details``);  ``BEAT``  it heartbeated (JSON: the details);
-``DONE``  a run this process waited for completed (JSON: its result).
+``ASK``  the async activity ran and parks (JSON: its token);  ``AFTER``  the
+step after it ran (JSON: the answer);  ``DONE``  a run this process waited for
+completed (JSON: its result).
+
+``mode`` ``"async"`` runs ``approving`` (an activity completed by token, then one
+more step) instead of ``counting``; ``ownership`` sets the engine's mode (with a
+2 s claim TTL, so a successor takes over a killed worker's runs quickly).
 """
 
 from __future__ import annotations
@@ -58,15 +64,38 @@ async def counting(ctx: WorkflowContext) -> list[Any]:
     return list(await ctx.all(ctx.run(count, "left"), ctx.run(count, "right")))
 
 
+@activity(retry=RetryPolicy(max_attempts=1))
+async def ask(question: str) -> Any:
+    ctx = activity_context()
+    note("ASK", ctx.workflow_id, ctx.attempt, ctx.async_token)
+    return ctx.complete_async()
+
+
+@activity
+async def after(answer: Any) -> Any:
+    note("AFTER", activity_context().workflow_id, 0, answer)
+    return answer
+
+
+@workflow(name="approving")
+async def approving(ctx: WorkflowContext) -> Any:
+    answer = await ctx.run(ask, "ship it?")
+    return await ctx.run(after, answer)
+
+
 async def main() -> int:
     global _ledger
     _ledger = os.open(CFG["ledger"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    engine = Engine(CFG["url"], workflows=[counting], poll_interval=0.1)
+    options: dict[str, Any] = {"workflows": [counting, approving], "poll_interval": 0.05}
+    if CFG.get("ownership"):
+        options.update(ownership=CFG["ownership"], claim_ttl=2.0, claim_renew_interval=0.5)
+    engine = Engine(CFG["url"], **options)
     await engine.open()
     note("READY")
     try:
+        wf = approving if CFG.get("mode") == "async" else counting
         for run_id in CFG.get("start", []):
-            await engine.start(counting, id=run_id, on_conflict="use_existing")
+            await engine.start(wf, id=run_id, on_conflict="use_existing")
         for run_id in CFG.get("wait_for", []):
             result = await engine.get_handle(run_id).result()
             note("DONE", run_id, 0, result)

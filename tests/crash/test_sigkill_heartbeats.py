@@ -3,56 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import subprocess
-import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from pyweft import Engine
-
-WORKER = Path(__file__).resolve().parent / "activity_worker.py"
-
-
-@dataclass(frozen=True, slots=True)
-class Line:
-    kind: str
-    lifetime: str
-    at: float
-    what: str
-    attempt: int
-    data: Any
-
-
-def read_lines(ledger: Path) -> list[Line]:
-    if not ledger.exists():
-        return []
-    out = []
-    for raw in ledger.read_text().splitlines():
-        kind, lifetime, at, what, attempt, data = raw.split(" ", 5)
-        out.append(Line(kind, lifetime, float(at), what, int(attempt), json.loads(data)))
-    return out
-
-
-def launch(tmp: Path, cfg: dict[str, Any]) -> subprocess.Popen[bytes]:
-    with open(tmp / f"worker-{cfg['lifetime']}.log", "wb") as log:
-        return subprocess.Popen(
-            [sys.executable, str(WORKER), json.dumps(cfg)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=dict(os.environ),
-        )
-
-
-def log_tail(tmp: Path, lifetime: str) -> str:
-    path = tmp / f"worker-{lifetime}.log"
-    return "\n".join(path.read_text(errors="replace").splitlines()[-40:]) if path.exists() else ""
+from support.crashkit_activities import launch, log_tail, read_lines
 
 
 async def stored_details(url: str, run_id: str) -> dict[str, int]:
