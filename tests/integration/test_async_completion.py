@@ -72,7 +72,7 @@ async def test_completed_by_token_with_single_use_tokens(backend: Backend) -> No
             1,
         )
         await engine.complete_activity(token, {"yes": True})
-        with pytest.raises(ActivityTokenNotFoundError, match="already completed"):
+        with pytest.raises(ActivityTokenNotFoundError, match="no activity waits"):
             await engine.complete_activity(token, {"yes": False})  # single use
         assert await handle.result(timeout=5) == {"answer": {"yes": True}, "then": "after"}
         with pytest.raises(ActivityTokenNotFoundError):

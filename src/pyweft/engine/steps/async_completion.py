@@ -161,9 +161,11 @@ async def wait_outcome(
     clock = run.services.clock
     key, hb_key = outcome_key(run.id, step), beat_key(run.id, step)
     seen_beat: float | None = None
+    prefix = keys.wf(run.id) + ":a"  # ``:ah:`` and ``:ar:`` of every step: one read
     while True:
         since = run.wake_seq
-        raw = await storage.get(key)
+        found = dict(await storage.scan(prefix, start=hb_key, end=key + "\x00"))
+        raw = found.get(key)
         if raw is not None:
             outcome = _outcome_dec.decode(raw)
             if outcome.token == token:
@@ -174,7 +176,7 @@ async def wait_outcome(
                 raise ApplicationError(
                     err.message, type=err.type, non_retryable=outcome.non_retryable
                 )
-        beat_raw = await storage.get(hb_key)
+        beat_raw = found.get(hb_key)
         if beat_raw is not None:
             beat = _beat_dec.decode(beat_raw)
             if beat.token == token and beat.at != seen_beat:
@@ -254,7 +256,7 @@ async def heartbeat(host: CompletionHost, token: str, details: Any = None) -> No
     payload = None if details is None else services.codec.encode(details)
     if payload is not None and len(payload) > services.max_payload_bytes:
         raise payload_size_error(len(payload), services.max_payload_bytes, what="heartbeat details")
-    await _parked(services, token)  # refuses spent and unknown tokens
+    await _parked(services, token)  # refuses unknown tokens and finished attempts
     beat = OutsideBeat(token=token, at=services.clock.now(), details=payload)
     ops: list[Op] = [Put(key=beat_key(workflow_id, step), value=records.encode(beat))]
     await _write_and_wake(host, services, workflow_id, ops, [])
@@ -271,8 +273,6 @@ async def _parked(services: RunServices, token: str) -> bytes:
     pend = records.decode_pending(raw, key=pending_key)
     if pend.ref != token:
         raise not_found(token, "its step waits for another attempt's token, or none")
-    if await storage.get(outcome_key(workflow_id, step)) is not None:
-        raise not_found(token, "it was already completed or failed")
     return raw
 
 
@@ -287,7 +287,9 @@ async def _resolve(host: CompletionHost, token: str, outcome: bytes) -> None:
         Expect(key=key, value=None),
     ]
     if not await _write_and_wake(host, services, workflow_id, ops, conds):
-        raise not_found(token, "another completion or the run itself got there first")
+        if await services.storage.get(key) is not None:
+            raise not_found(token, "it was already completed or failed")
+        raise not_found(token, "the run moved on meanwhile (retry, cancel, end)")
 
 
 async def _write_and_wake(
