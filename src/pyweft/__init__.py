@@ -26,11 +26,13 @@ from pyweft.engine.replay.records import ErrorInfo
 from pyweft.engine.replay.stats import EngineStats
 from pyweft.engine.steps.activity_context import ActivityContext, activity_context
 from pyweft.engine.steps.async_completion import PendingActivity
+from pyweft.engine.steps.reconcile import VerifyResult
 from pyweft.engine.visibility.reader import Group, History, HistoryEvent
 from pyweft.errors import (
     ActivityCancelledError,
     ActivityError,
     ActivityNotRegisteredError,
+    ActivityReconciliationError,
     ActivityTimeoutError,
     ActivityTokenNotFoundError,
     ApplicationError,
@@ -98,6 +100,7 @@ __all__ = [
     # inside an activity
     "ActivityContext",
     "activity_context",
+    "VerifyResult",
     # running it
     "Engine",
     "WorkflowHandle",
@@ -136,6 +139,7 @@ __all__ = [
     "ActivityCancelledError",
     "ActivityError",
     "ActivityNotRegisteredError",
+    "ActivityReconciliationError",
     "ActivityTimeoutError",
     "ActivityTokenNotFoundError",
     "ApplicationError",

@@ -158,6 +158,10 @@ class ActivityDefinition:
     heartbeat_timeout_s: float | None = None  # an attempt silent this long fails
     heartbeat_throttle_s: float | None = None  # None: derived from heartbeat_timeout_s
     cancel_grace_s: float = 10.0  # how long a cancelled `def` activity may take to return
+    # Keyed reconciliation (see pyweft.engine.steps.reconcile): key from the arguments,
+    # and verify(key, *args) -> VerifyResult asked when a dispatch's outcome is unknown.
+    idempotency_key: Callable[..., str] | None = None
+    verify: Callable[..., Any] | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -206,6 +210,8 @@ def _activity_definition(
     heartbeat_timeout: Duration | None = None,
     heartbeat_throttle: Duration | None = None,
     cancel_grace: Duration | None = None,
+    idempotency_key: Callable[..., str] | None = None,
+    verify: Callable[..., Any] | None = None,
 ) -> ActivityDefinition:
     if not callable(fn):
         raise DefinitionError(f"@activity must decorate a function, got {fn!r}")
@@ -220,6 +226,11 @@ def _activity_definition(
         )
     if retry is not None and not isinstance(retry, RetryPolicy):
         raise DefinitionError(f"@activity retry must be a RetryPolicy, got {retry!r}")
+    for what, given in (("idempotency_key", idempotency_key), ("verify", verify)):
+        if given is not None and not callable(given):
+            raise DefinitionError(
+                f"@activity {what} must be a function of the activity's arguments, got {given!r}"
+            )
     _, result_type, _ = call_types(fn, skip_first=False)
     return ActivityDefinition(
         name=_check_name(name or fn.__name__, "activity"),
@@ -234,6 +245,8 @@ def _activity_definition(
         cancel_grace_s=10.0
         if cancel_grace is None
         else parse_duration(cancel_grace, field="cancel_grace"),
+        idempotency_key=idempotency_key,
+        verify=verify,
     )
 
 
@@ -283,6 +296,8 @@ def activity(
     heartbeat_timeout: Duration | None = None,
     heartbeat_throttle: Duration | None = None,
     cancel_grace: Duration | None = None,
+    idempotency_key: Callable[..., str] | None = None,
+    verify: Callable[..., Any] | None = None,
 ) -> Callable[[F], F]: ...
 def activity(
     fn: F | None = None,
@@ -295,6 +310,8 @@ def activity(
     heartbeat_timeout: Duration | None = None,
     heartbeat_throttle: Duration | None = None,
     cancel_grace: Duration | None = None,
+    idempotency_key: Callable[..., str] | None = None,
+    verify: Callable[..., Any] | None = None,
 ) -> F | Callable[[F], F]:
     """Declare an activity: a unit of side-effecting work whose result is recorded.
 
@@ -306,6 +323,10 @@ def activity(
     details are written to the store (default: 0.8 of ``heartbeat_timeout``, else 30s).
     ``cancel_grace`` (default 10s) is how long a cancelled plain ``def`` activity is
     given to notice ``activity_context().cancelled`` and return.
+    ``idempotency_key`` (a function of the arguments returning a string) makes the
+    activity keyed: a dispatch whose outcome a crash hid is reconciled with
+    ``verify(key, *args)`` (returning a ``VerifyResult``) instead of being run
+    again; without ``verify`` such a step fails closed.
     """
 
     def decorate(f: F) -> F:
@@ -323,6 +344,8 @@ def activity(
             heartbeat_timeout=heartbeat_timeout,
             heartbeat_throttle=heartbeat_throttle,
             cancel_grace=cancel_grace,
+            idempotency_key=idempotency_key,
+            verify=verify,
         )
         if inspect.ismethod(f):
             # A bound method takes no attributes: wrap it, keeping its object.

@@ -443,6 +443,18 @@ class ActivityTokenNotFoundError(PyweftError, LookupError):
         self.token = token
 
 
+class ActivityReconciliationError(PyweftError):
+    """A keyed activity was dispatched before a crash and its outcome cannot be proven:
+    its ``verify`` answered "completed, result unavailable" or "indeterminate", raised,
+    or the activity has no ``verify``. The step fails closed instead of running the
+    side effect again; ``key`` is the idempotency key to look up."""
+
+    def __init__(self, message: str, *, key: str = "", verdict: str = "") -> None:
+        super().__init__(message)
+        self.key = key
+        self.verdict = verdict
+
+
 class ActivityCancelledError(PyweftError):
     """Raised inside a plain ``def`` activity by ``heartbeat()`` or ``check_cancelled()``
     once its attempt is cancelled (the run was cancelled or timed out, the attempt's

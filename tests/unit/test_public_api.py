@@ -19,6 +19,7 @@ EXPECTED = {
     "StoreOwnership", "EngineStats", "parse_duration", "format_duration",
     "LeaseLostWarning", "SecondInstanceWarning", "RunTornDown",
     "ActivityContext", "activity_context", "PendingActivity",
+    "VerifyResult",
 }  # fmt: skip
 
 

@@ -109,6 +109,9 @@ class PendingStep(msgspec.Struct, array_like=True):
     # given: kept for the step's next attempt, deleted with the record when it ends.
     heartbeat: bytes | None = None
     heartbeat_at: float | None = None
+    # A keyed activity: its idempotency key, written before an attempt is dispatched and
+    # kept while that attempt's outcome is unknown (recovery verifies before running).
+    dispatched_key: str | None = None
 
 
 _enc = msgspec.msgpack.Encoder()

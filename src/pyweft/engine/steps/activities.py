@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any
+from typing import Any, NoReturn
 
 import msgspec
 
@@ -13,7 +13,7 @@ from pyweft.engine.ownership import confirm_owned
 from pyweft.engine.replay.operations import operation
 from pyweft.engine.replay.records import PendingStep, StepRecord
 from pyweft.engine.replay.run import Run
-from pyweft.engine.steps import async_completion, tokens
+from pyweft.engine.steps import async_completion, reconcile, tokens
 from pyweft.engine.steps.activity_context import ActivityContext, enter, leave
 from pyweft.engine.steps.async_completion import AsyncPending, is_async_token
 from pyweft.engine.steps.attempt import run_attempt
@@ -33,6 +33,7 @@ async def run_activity(
     retry: RetryPolicy,
     timeout_s: float | None,
     budget_s: float | None,
+    per_call_key: str | None = None,
 ) -> Any:
     """One activity step: replayed from the journal, or executed until it succeeds or gives up."""
     rec = run.replay(step, "activity", act.name)
@@ -63,6 +64,10 @@ async def run_activity(
     throttle_s = throttle_for(act.heartbeat_throttle_s, act.heartbeat_timeout_s)
     # Parked on an async-completion token before a restart: wait again, do not run it.
     parked = pend.ref if pend is not None and is_async_token(pend.ref) else None
+    try:
+        key = reconcile.key_for(act, args, per_call_key)
+    except Exception as exc:  # the key function failed: nothing was dispatched
+        await _fail_step(run, step, act, first, max(attempt, 1), exc)
     execution = functools.partial(tokens.execution_token, run, tokens.owner_epoch(run))
     while True:
         attempt += 1
@@ -74,6 +79,17 @@ async def run_activity(
             if timeout_s is None or left < timeout_s:
                 attempt_timeout, timeout_kind = left, "schedule_to_close"
         base = msgspec.structs.replace(base, attempt=attempt - 1)
+        if key is not None:
+            if base.dispatched_key is not None:  # an earlier dispatch's outcome is unknown
+                answer = await run.live(reconcile.verify(run, act, base.dispatched_key, args))
+                if answer.verdict == "completed":
+                    return await _record_verified(run, step, act, first, attempt, answer.result)
+                if answer.verdict != "not_completed":
+                    error = reconcile.fail_closed(act, step, base.dispatched_key, answer)
+                    await _fail_step(run, step, act, first, attempt, error)
+            # The dispatch marker is stored before the activity can act.
+            base = msgspec.structs.replace(base, dispatched_key=key)
+            await run.commit_pending(base)
         beats = Heartbeats(run, base, throttle_s)
         actx = ActivityContext(
             workflow_id=run.id,
@@ -164,6 +180,8 @@ async def run_activity(
                 last_error=info,
                 heartbeat=details,
                 heartbeat_at=details_at,
+                # Timed out: the function may still have acted, so verify before retrying.
+                dispatched_key=key if isinstance(exc, ActivityTimeoutError) else None,
             )
             await run.commit_pending(base)
             await run.live(run.wait_until(retry_at))
@@ -216,6 +234,49 @@ async def _await_completion(
         )
     )
     return None if payload is None else run.services.codec.decode(payload)
+
+
+async def _fail_step(
+    run: Run, step: int, act: ActivityDefinition, first: float, attempts: int, exc: Exception
+) -> NoReturn:
+    """Record the step as failed for good with ``exc``, and raise it into the workflow."""
+    failed = StepRecord(
+        step=step,
+        kind="activity",
+        name=act.name,
+        ok=False,
+        started_at=first,
+        finished_at=run.services.clock.now(),
+        attempts=attempts,
+        error=failure_info(exc),
+    )
+    await run.commit_step(failed)
+    error = activity_error(failed)
+    raise error from error.cause
+
+
+async def _record_verified(
+    run: Run, step: int, act: ActivityDefinition, first: float, attempts: int, value: Any
+) -> Any:
+    """``verify`` proved the dispatched attempt completed: its result is the step's."""
+    try:
+        payload = run.encode_result(value, f"verified result of activity {act.name!r}")
+        result = _decode_result(run.services.codec, payload, act, step)
+    except PayloadError as exc:
+        await _fail_step(run, step, act, first, attempts, exc)
+    await run.commit_step(
+        StepRecord(
+            step=step,
+            kind="activity",
+            name=act.name,
+            ok=True,
+            started_at=first,
+            finished_at=run.services.clock.now(),
+            attempts=attempts,
+            value=payload,
+        )
+    )
+    return result
 
 
 def _allows_retry(retry: RetryPolicy, exc: BaseException, attempt: int, name: str) -> bool:
