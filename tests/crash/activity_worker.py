@@ -14,6 +14,11 @@ Each ledger line is ``KIND LIFETIME TIME RUN/LABEL ATTEMPT JSON`` written with o
 step after it ran (JSON: the answer);  ``DONE``  a run this process waited for
 completed (JSON: its result).
 
+``CHARGE``  a keyed activity was dispatched (WHAT: the order);  ``VERIFY``  its
+verify was asked (WHAT: the key; JSON: the configured answer).
+
+``mode`` ``"keyed"`` runs ``keyed`` (a keyed activity; run ids starting ``v-`` use
+one with a ``verify`` answering the config's ``verify``, others one without).
 ``mode`` ``"async"`` runs ``approving`` (an activity completed by token, then one
 more step) instead of ``counting``; ``ownership`` sets the engine's mode (with a
 2 s claim TTL, so a successor takes over a killed worker's runs quickly).
@@ -30,7 +35,16 @@ import threading
 import time
 from typing import Any
 
-from pyweft import Engine, RetryPolicy, WorkflowContext, activity, activity_context, workflow
+from pyweft import (
+    ActivityError,
+    Engine,
+    RetryPolicy,
+    VerifyResult,
+    WorkflowContext,
+    activity,
+    activity_context,
+    workflow,
+)
 
 CFG: dict[str, Any] = {}
 _ledger: int | None = None
@@ -83,19 +97,63 @@ async def approving(ctx: WorkflowContext) -> Any:
     return await ctx.run(after, answer)
 
 
+def check_charge(key: str, order: str) -> VerifyResult:
+    """The verify of ``charge``: answers what the config's ``verify`` says."""
+    note("VERIFY", key, 0, CFG.get("verify"))
+    answer = CFG.get("verify")
+    if answer == "not_completed":
+        return VerifyResult.not_completed()
+    if answer == "completed":
+        return VerifyResult.completed(f"verified-{order}")
+    if answer == "unavailable":
+        return VerifyResult.completed_result_unavailable("no receipt kept")
+    return VerifyResult.indeterminate("cannot tell")
+
+
+@activity(idempotency_key=lambda order: f"charge/{order}", verify=check_charge)
+def charge(order: str) -> str:
+    note("CHARGE", order, activity_context().attempt)
+    while CFG.get("stall"):
+        threading.Event().wait(0.01)  # dispatched, never reports back: SIGKILL lands here
+    return f"charged-{order}"
+
+
+@activity(idempotency_key=lambda order: f"ship/{order}")
+def ship(order: str) -> str:
+    note("CHARGE", order, activity_context().attempt)
+    while CFG.get("stall"):
+        threading.Event().wait(0.01)
+    return f"shipped-{order}"
+
+
+@workflow(name="keyed")
+async def keyed(ctx: WorkflowContext, order: str, verified: bool) -> Any:
+    try:
+        return await ctx.run(charge if verified else ship, order)
+    except ActivityError as err:
+        return {"error_type": err.error_type, "message": err.error_message}
+
+
 async def main() -> int:
     global _ledger
     _ledger = os.open(CFG["ledger"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    options: dict[str, Any] = {"workflows": [counting, approving], "poll_interval": 0.05}
+    options: dict[str, Any] = {
+        "workflows": [counting, approving, keyed],
+        "poll_interval": 0.05,
+    }
     if CFG.get("ownership"):
         options.update(ownership=CFG["ownership"], claim_ttl=2.0, claim_renew_interval=0.5)
     engine = Engine(CFG["url"], **options)
     await engine.open()
     note("READY")
     try:
-        wf = approving if CFG.get("mode") == "async" else counting
         for run_id in CFG.get("start", []):
-            await engine.start(wf, id=run_id, on_conflict="use_existing")
+            if CFG.get("mode") == "keyed":
+                verified = run_id.startswith("v-")
+                await engine.start(keyed, run_id, verified, id=run_id, on_conflict="use_existing")
+            else:
+                wf = approving if CFG.get("mode") == "async" else counting
+                await engine.start(wf, id=run_id, on_conflict="use_existing")
         for run_id in CFG.get("wait_for", []):
             result = await engine.get_handle(run_id).result()
             note("DONE", run_id, 0, result)
