@@ -142,9 +142,14 @@ async def test_a_completion_while_no_engine_drives_the_run_is_applied_on_recover
         await eventually(lambda: _parked(engine, "ask-5"), what="parked")
     # Nobody drives the run now: a client completes it, and it is stored.
     async with backend.engine(role="client") as client:
+        await client.heartbeat_activity(issued[0], {"seen": True})
         await client.complete_activity(issued[0], "while down")
         with pytest.raises(ActivityTokenNotFoundError):
             await client.complete_activity(issued[0], "twice")
+        # `pyweft doctor` knows the records a completion leaves for the run.
+        check = await client.visibility.check_records()
+        assert check.damaged == []
+        assert not [k for k in check.unrecognised if ":ar:" in k or ":ah:" in k]
     async with backend.engine(workflows=[asking]) as engine:
         result = await engine.get_handle("ask-5").result(timeout=5)
     assert result == {"answer": "while down", "then": "after"}

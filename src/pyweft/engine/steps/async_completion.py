@@ -76,6 +76,20 @@ _outcome_dec = msgspec.msgpack.Decoder(Outcome)
 _beat_dec = msgspec.msgpack.Decoder(OutsideBeat)
 
 
+def decode_outcome(raw: bytes, *, key: str | None = None) -> Outcome:
+    try:
+        return _outcome_dec.decode(raw)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise records.corrupt(key, "async activity outcome", exc) from exc
+
+
+def decode_beat(raw: bytes, *, key: str | None = None) -> OutsideBeat:
+    try:
+        return _beat_dec.decode(raw)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise records.corrupt(key, "async activity heartbeat", exc) from exc
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PendingActivity:
     """An activity waiting for completion by token (``engine.pending_activities()``)."""
@@ -167,7 +181,7 @@ async def wait_outcome(
         found = dict(await storage.scan(prefix, start=hb_key, end=key + "\x00"))
         raw = found.get(key)
         if raw is not None:
-            outcome = _outcome_dec.decode(raw)
+            outcome = decode_outcome(raw, key=key)
             if outcome.token == token:
                 run.staged[key] = Delete(key=key)  # removed with the step's record
                 if outcome.ok:
@@ -178,7 +192,7 @@ async def wait_outcome(
                 )
         beat_raw = found.get(hb_key)
         if beat_raw is not None:
-            beat = _beat_dec.decode(beat_raw)
+            beat = decode_beat(beat_raw, key=hb_key)
             if beat.token == token and beat.at != seen_beat:
                 seen_beat = beat.at
                 run.staged[hb_key] = Delete(key=hb_key)
