@@ -290,20 +290,27 @@ async def _parked(services: RunServices, token: str) -> bytes:
     return raw
 
 
+_MAX_RESOLVE_TRIES = 20
+
+
 async def _resolve(host: CompletionHost, token: str, outcome: bytes) -> None:
     services = host.services_or_raise()
     workflow_id, _, step, _ = parse_token(token)
-    raw = await _parked(services, token)
     key = outcome_key(workflow_id, step)
-    ops: list[Op] = [Put(key=key, value=outcome)]
-    conds = [
-        Expect(key=keys.pending(workflow_id, step), value=raw),
-        Expect(key=key, value=None),
-    ]
-    if not await _write_and_wake(host, services, workflow_id, ops, conds):
+    for _ in range(_MAX_RESOLVE_TRIES):
+        raw = await _parked(services, token)
+        ops: list[Op] = [Put(key=key, value=outcome)]
+        conds = [
+            Expect(key=keys.pending(workflow_id, step), value=raw),
+            Expect(key=key, value=None),
+        ]
+        if await _write_and_wake(host, services, workflow_id, ops, conds):
+            return
         if await services.storage.get(key) is not None:
             raise not_found(token, "it was already completed or failed")
-        raise not_found(token, "the run moved on meanwhile (retry, cancel, end)")
+        # The parked record changed under us (its heartbeat details were written):
+        # look again; _parked refuses the token if the step moved on.
+    raise not_found(token, "its step kept changing while it was being completed")
 
 
 async def _write_and_wake(
