@@ -258,3 +258,63 @@ async def test_details_that_cannot_be_stored_raise_payload_error_at_the_next_hea
     async with backend.engine(workflows=[bad_beats]) as engine:
         result = await (await engine.start(bad_beats, id="bad-1")).result(timeout=5)
     assert result.startswith("PayloadError: heartbeat details")
+
+
+@activity(heartbeat_throttle="5s", cancel_grace="1s")
+async def beats_on_request() -> None:
+    ctx = activity_context()
+    n = 0
+    while True:
+        await events["beat"].wait()
+        events["beat"].clear()
+        n += 1
+        ctx.heartbeat(n)
+
+
+@workflow(name="fenced_beats")
+async def fenced_beats(ctx: WorkflowContext) -> None:
+    await ctx.run(beats_on_request)
+
+
+@pytest.mark.filterwarnings("ignore::pyweft.LeaseLostWarning")
+async def test_a_deposed_engine_cannot_store_heartbeat_details(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from pyweft import VirtualClock
+    from pyweft.engine.ownership.lease import EPOCH_KEY, decode_epoch, encode_epoch
+    from pyweft.storage.base import Put as PutOp
+
+    events.update(beat=asyncio.Event())
+    clock = VirtualClock()
+    url = f"sqlite:///{tmp_path / 'engine.db'}"
+    async with Engine(
+        url,
+        workflows=[fenced_beats],
+        clock=clock,
+        ownership="lease",
+        lease_ttl=600,
+        lease_renew_interval=300,  # no renewal notices the takeover first: the write must
+    ) as engine:
+        await engine.start(fenced_beats, id="fenced-1")
+        events["beat"].set()
+
+        async def details() -> Any:
+            return (await engine.describe("fenced-1")).heartbeats
+
+        await eventually(lambda: _equals(details(), {1: 1}), what="first details stored")
+        # Another engine takes the store over: the lease epoch moves on.
+        epoch = decode_epoch(await engine.storage.get(EPOCH_KEY) or b"")
+        await engine.storage.batch([PutOp(key=EPOCH_KEY, value=encode_epoch(epoch + 1))])
+        events["beat"].set()
+        await eventually(lambda: clock.pending_timers() >= 1, what="throttle timer")
+        clock.advance(5)  # the fenced write of details 2 is refused
+        await eventually(
+            lambda: any("a fenced write found a newer" in r.getMessage() for r in caplog.records),
+            what="the engine deposed by its own heartbeat write",
+        )
+    async with Engine(url, role="client") as reader:
+        assert (await reader.describe("fenced-1")).heartbeats == {1: 1}
+
+
+async def _equals(value: Any, expected: Any) -> bool:
+    return bool(await value == expected)

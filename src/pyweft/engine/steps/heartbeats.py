@@ -30,6 +30,7 @@ import msgspec
 
 from pyweft.codec import payload_size_error
 from pyweft.engine.replay.records import PendingStep
+from pyweft.engine.replay.run import Superseded
 from pyweft.errors import PayloadError, RunTornDown
 
 if TYPE_CHECKING:
@@ -165,7 +166,7 @@ class Heartbeats:
             self._error = exc  # raised at the activity's next heartbeat()
         except RunTornDown:
             pass
-        except Exception as exc:
+        except (Exception, Superseded) as exc:
             # The run's own writes fail the same way (storage, deposition, another
             # writer): stop driving it, as any other commit of the run would.
             if run.teardown_for(exc) is None:
