@@ -1,6 +1,7 @@
 """Activity-side costs (issue 13): heartbeats, and no-op activity throughput with the context.
 
     .venv/bin/python benchmarks/activity_context.py [--calls 100000] [--steps 5000]
+        [--runs 3] [--memory] [--count-calls] [--skip-heartbeats]
 
 Prints:
 - heartbeat(details) in a tight loop of ``--calls`` calls, in an ``async def``
@@ -15,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import math
+import pstats
 import statistics
 import tempfile
 import time
@@ -85,6 +88,11 @@ async def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--skip-heartbeats", action="store_true")
     parser.add_argument("--memory", action="store_true", help="throughput on memory://")
+    parser.add_argument(
+        "--count-calls",
+        action="store_true",
+        help="also count Python function calls per no-op step (independent of machine load)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -105,6 +113,13 @@ async def main() -> None:
             rates.append(await bench_sequential(url, args.steps))
             cpu.append((time.process_time() - c0) / args.steps * 1e6)
         shown = ", ".join(f"{r:,.0f}" for r in rates)
+        if args.count_calls:
+            profile = cProfile.Profile()
+            profile.enable()
+            await bench_sequential("memory://", args.steps)
+            profile.disable()
+            calls = pstats.Stats(profile).total_calls / args.steps  # type: ignore[attr-defined]
+            print(f"function calls per no-op step (memory store): {calls:.1f}")
         print(
             f"sequential no-op activities (FULL, {args.steps} steps, {args.runs} runs): "
             f"{shown} steps/s; median {statistics.median(rates):,.0f}; CPU per step "
