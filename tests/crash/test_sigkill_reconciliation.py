@@ -9,12 +9,25 @@ activity was dispatched.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from support.backends import postgres_schema, with_schema
 from support.crashkit_activities import launch, log_tail, read_lines
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """The workers' store: SQLite, or PostgreSQL with per-run claims (short TTL)."""
+    if request.param == "sqlite":
+        yield {"url": f"sqlite:///{tmp_path / 'pyweft.db'}"}
+        return
+    with postgres_schema() as (url, schema):
+        yield {"url": with_schema(url, schema), "ownership": "workflow-lease"}
+
 
 CASES = [
     # (run id, verify answer, expected result or error, dispatches in total)
@@ -28,14 +41,15 @@ CASES = [
 
 @pytest.mark.parametrize(("run_id", "answer", "expected", "dispatches"), CASES)
 def test_every_verify_answer_after_sigkill_between_dispatch_and_record(
-    tmp_path: Path, run_id: str, answer: str | None, expected: str, dispatches: int
+    tmp_path: Path,
+    store: dict[str, Any],
+    run_id: str,
+    answer: str | None,
+    expected: str,
+    dispatches: int,
 ) -> None:
     ledger = tmp_path / "ledger.txt"
-    base: dict[str, Any] = {
-        "url": f"sqlite:///{tmp_path / 'pyweft.db'}",
-        "ledger": str(ledger),
-        "mode": "keyed",
-    }
+    base: dict[str, Any] = {**store, "ledger": str(ledger), "mode": "keyed"}
     first = launch(tmp_path, {**base, "lifetime": "a", "start": [run_id], "stall": True})
     try:
         deadline = time.monotonic() + 30
