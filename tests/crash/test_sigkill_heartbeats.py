@@ -5,12 +5,25 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pyweft import Engine
+from support.backends import postgres_schema, with_schema
 from support.crashkit_activities import launch, log_tail, read_lines
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """The workers' store: SQLite, or PostgreSQL with per-run claims (short TTL)."""
+    if request.param == "sqlite":
+        yield {"url": f"sqlite:///{tmp_path / 'pyweft.db'}"}
+        return
+    with postgres_schema() as (url, schema):
+        yield {"url": with_schema(url, schema), "ownership": "workflow-lease"}
 
 
 async def stored_details(url: str, run_id: str) -> dict[str, int]:
@@ -20,9 +33,11 @@ async def stored_details(url: str, run_id: str) -> dict[str, int]:
     return {d["label"]: d["n"] for d in (info.heartbeats or {}).values()}
 
 
-def test_a_retry_after_sigkill_resumes_from_its_own_stored_details(tmp_path: Path) -> None:
-    url, ledger = f"sqlite:///{tmp_path / 'pyweft.db'}", tmp_path / "ledger.txt"
-    base = {"url": url, "ledger": str(ledger)}
+def test_a_retry_after_sigkill_resumes_from_its_own_stored_details(
+    tmp_path: Path, store: dict[str, Any]
+) -> None:
+    url, ledger = store["url"], tmp_path / "ledger.txt"
+    base = {**store, "ledger": str(ledger)}
     first = launch(tmp_path, {**base, "lifetime": "a", "start": ["hb-1"], "stall": True})
     try:
         deadline = time.monotonic() + 30
