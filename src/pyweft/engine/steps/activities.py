@@ -79,7 +79,7 @@ async def run_activity(
             if timeout_s is None or left < timeout_s:
                 attempt_timeout, timeout_kind = left, "schedule_to_close"
         base = msgspec.structs.replace(base, attempt=attempt - 1)
-        if key is not None:
+        if key is not None and parked is None:  # (a parked step waits for its token)
             if base.dispatched_key is not None:  # an earlier dispatch's outcome is unknown
                 answer = await run.live(reconcile.verify(run, act, base.dispatched_key, args))
                 if answer.verdict == "completed":
