@@ -24,11 +24,18 @@ from pyweft.engine.replay.events import WorkflowEvent
 from pyweft.engine.replay.info import Page, RunInfo, StepInfo, WorkflowInfo
 from pyweft.engine.replay.records import ErrorInfo
 from pyweft.engine.replay.stats import EngineStats
+from pyweft.engine.steps.activity_context import ActivityContext, activity_context
+from pyweft.engine.steps.async_completion import PendingActivity
+from pyweft.engine.steps.reconcile import VerifyResult
 from pyweft.engine.visibility.reader import Group, History, HistoryEvent
 from pyweft.errors import (
+    ActivityCancelledError,
     ActivityError,
     ActivityNotRegisteredError,
+    ActivityReconciliationError,
     ActivityTimeoutError,
+    ActivityTokenNotFoundError,
+    ApplicationError,
     ChildWorkflowError,
     ConfigurationError,
     CorruptRecordError,
@@ -90,6 +97,10 @@ __all__ = [
     "WorkflowContext",
     "activity",
     "workflow",
+    # inside an activity
+    "ActivityContext",
+    "activity_context",
+    "VerifyResult",
     # running it
     "Engine",
     "WorkflowHandle",
@@ -108,6 +119,7 @@ __all__ = [
     "UpdateRequestHandle",
     "WorkflowEvent",
     "Page",
+    "PendingActivity",
     "StepInfo",
     "WorkflowInfo",
     "RunInfo",
@@ -124,9 +136,13 @@ __all__ = [
     "parse_duration",
     "format_duration",
     # errors and warnings
+    "ActivityCancelledError",
     "ActivityError",
     "ActivityNotRegisteredError",
+    "ActivityReconciliationError",
     "ActivityTimeoutError",
+    "ActivityTokenNotFoundError",
+    "ApplicationError",
     "ChildWorkflowError",
     "ConfigurationError",
     "CorruptRecordError",

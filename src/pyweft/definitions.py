@@ -41,28 +41,42 @@ class RetryPolicy:
 
     Intervals accept seconds, ``timedelta`` or strings such as ``"30s"``; they
     are stored as float seconds. The wait before attempt ``n + 1`` is
-    ``min(initial_interval * backoff ** (n - 1), max_interval)``. Exceptions
-    whose type is (a subclass of) one in ``non_retryable`` fail at once.
+    ``min(initial_interval * backoff ** (n - 1), max_interval)``.
+    ``max_attempts=None`` retries until it succeeds (bounded only by the
+    activity's ``schedule_to_close``). An error fails at once when its type is
+    (a subclass of) a class in ``non_retryable`` or has a name listed there (the
+    class name, or ``module.QualName``, of the type or any base), when it is an
+    ``ApplicationError(non_retryable=True)``, or when ``should_retry(error,
+    attempt)`` returns false.
     """
 
-    max_attempts: int = 3
+    max_attempts: int | None = 3
     initial_interval: float = 1.0
     backoff: float = 2.0
     max_interval: float = 60.0
     non_retryable: tuple[type[BaseException], ...] = ()
+    non_retryable_names: frozenset[str] = frozenset()
+    should_retry: Callable[[BaseException, int], bool] | None = None
 
     def __init__(
         self,
         *,
-        max_attempts: int = 3,
+        max_attempts: int | None = 3,
         initial_interval: Duration = 1.0,
         backoff: float = 2.0,
         max_interval: Duration = 60.0,
-        non_retryable: Iterable[type[BaseException]] = (),
+        non_retryable: Iterable[type[BaseException] | str] = (),
+        should_retry: Callable[[BaseException, int], bool] | None = None,
     ) -> None:
-        if type(max_attempts) is not int or max_attempts < 1:
+        if max_attempts is not None and (type(max_attempts) is not int or max_attempts < 1):
             raise DefinitionError(
-                f"RetryPolicy.max_attempts must be an int >= 1, got {max_attempts!r}"
+                f"RetryPolicy.max_attempts must be an int >= 1, or None to retry until it "
+                f"succeeds, got {max_attempts!r}"
+            )
+        if should_retry is not None and not callable(should_retry):
+            raise DefinitionError(
+                f"RetryPolicy.should_retry must be a function (error, attempt) -> bool, got "
+                f"{should_retry!r}"
             )
         if (
             not isinstance(backoff, int | float)
@@ -73,18 +87,26 @@ class RetryPolicy:
                 f"RetryPolicy.backoff must be a finite number >= 1.0 (1.0 waits the same "
                 f"initial_interval every time), got {backoff!r}"
             )
-        types = tuple(non_retryable)
-        for t in types:
-            if not (isinstance(t, type) and issubclass(t, BaseException)):
+        types: list[type[BaseException]] = []
+        names: set[str] = set()
+        for t in non_retryable:
+            if isinstance(t, str) and t:
+                names.add(t)
+            elif isinstance(t, type) and issubclass(t, BaseException):
+                types.append(t)
+            else:
                 raise DefinitionError(
-                    f"RetryPolicy.non_retryable must hold exception classes, got {t!r}"
+                    f"RetryPolicy.non_retryable must hold exception classes or their names "
+                    f"(like 'PaymentDeclined'), got {t!r}"
                 )
         set_ = object.__setattr__
         set_(self, "max_attempts", max_attempts)
         set_(self, "initial_interval", parse_duration(initial_interval, field="initial_interval"))
         set_(self, "backoff", float(backoff))
         set_(self, "max_interval", parse_duration(max_interval, field="max_interval"))
-        set_(self, "non_retryable", types)
+        set_(self, "non_retryable", tuple(types))
+        set_(self, "non_retryable_names", frozenset(names))
+        set_(self, "should_retry", should_retry)
 
     def delay_after(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
@@ -95,7 +117,28 @@ class RetryPolicy:
         return float(min(delay, self.max_interval))
 
     def is_retryable(self, exc: BaseException) -> bool:
-        return not isinstance(exc, self.non_retryable)
+        """False when ``exc`` is non-retryable by type, name or its own marker."""
+        if isinstance(exc, self.non_retryable) or getattr(exc, "non_retryable", False) is True:
+            return False
+        if self.non_retryable_names:
+            for cls in type(exc).__mro__:
+                if (
+                    cls.__name__ in self.non_retryable_names
+                    or f"{cls.__module__}.{cls.__qualname__}" in self.non_retryable_names
+                ):
+                    return False
+            declared = getattr(exc, "type", None)  # ApplicationError(type="PaymentDeclined")
+            if isinstance(declared, str) and declared in self.non_retryable_names:
+                return False
+        return True
+
+    def allows_retry(self, exc: BaseException, attempt: int) -> bool:
+        """Whether failed attempt number ``attempt`` (1-based) may be followed by another."""
+        if self.max_attempts is not None and attempt >= self.max_attempts:
+            return False
+        if not self.is_retryable(exc):
+            return False
+        return self.should_retry is None or bool(self.should_retry(exc, attempt))
 
 
 DEFAULT_RETRY = RetryPolicy()
@@ -112,6 +155,13 @@ class ActivityDefinition:
     timeout_s: float | None
     schedule_to_close_s: float | None
     result_type: object
+    heartbeat_timeout_s: float | None = None  # an attempt silent this long fails
+    heartbeat_throttle_s: float | None = None  # None: derived from heartbeat_timeout_s
+    cancel_grace_s: float = 10.0  # how long a cancelled `def` activity may take to return
+    # Keyed reconciliation (see pyweft.engine.steps.reconcile): key from the arguments,
+    # and verify(key, *args) -> VerifyResult asked when a dispatch's outcome is unknown.
+    idempotency_key: Callable[..., str] | None = None
+    verify: Callable[..., Any] | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -157,6 +207,11 @@ def _activity_definition(
     retry: RetryPolicy | None,
     timeout: Duration | None,
     schedule_to_close: Duration | None,
+    heartbeat_timeout: Duration | None = None,
+    heartbeat_throttle: Duration | None = None,
+    cancel_grace: Duration | None = None,
+    idempotency_key: Callable[..., str] | None = None,
+    verify: Callable[..., Any] | None = None,
 ) -> ActivityDefinition:
     if not callable(fn):
         raise DefinitionError(f"@activity must decorate a function, got {fn!r}")
@@ -171,6 +226,11 @@ def _activity_definition(
         )
     if retry is not None and not isinstance(retry, RetryPolicy):
         raise DefinitionError(f"@activity retry must be a RetryPolicy, got {retry!r}")
+    for what, given in (("idempotency_key", idempotency_key), ("verify", verify)):
+        if given is not None and not callable(given):
+            raise DefinitionError(
+                f"@activity {what} must be a function of the activity's arguments, got {given!r}"
+            )
     _, result_type, _ = call_types(fn, skip_first=False)
     return ActivityDefinition(
         name=_check_name(name or fn.__name__, "activity"),
@@ -180,6 +240,13 @@ def _activity_definition(
         timeout_s=parse_activity_timeout(timeout, field="timeout"),
         schedule_to_close_s=parse_activity_timeout(schedule_to_close, field="schedule_to_close"),
         result_type=result_type,
+        heartbeat_timeout_s=parse_activity_timeout(heartbeat_timeout, field="heartbeat_timeout"),
+        heartbeat_throttle_s=parse_activity_timeout(heartbeat_throttle, field="heartbeat_throttle"),
+        cancel_grace_s=10.0
+        if cancel_grace is None
+        else parse_duration(cancel_grace, field="cancel_grace"),
+        idempotency_key=idempotency_key,
+        verify=verify,
     )
 
 
@@ -191,7 +258,12 @@ def parse_activity_timeout(value: Duration | None, *, field: str) -> float | Non
     """
     seconds = parse_optional_duration(value, field=field)
     if seconds == 0.0:
-        what = "each attempt" if field == "timeout" else "all attempts together, backoff included"
+        what = {
+            "timeout": "each attempt",
+            "schedule_to_close": "all attempts together, backoff included",
+            "heartbeat_timeout": "the silence allowed between two heartbeats",
+            "heartbeat_throttle": "how often heartbeat details are written",
+        }.get(field, field)
         raise InvalidDurationError(
             f"Invalid {field}: 0 would fail the activity before it starts; {field} bounds "
             f"{what}, so give it more than 0 seconds, or None for no limit"
@@ -221,6 +293,11 @@ def activity(
     retry: RetryPolicy | None = None,
     timeout: Duration | None = None,
     schedule_to_close: Duration | None = None,
+    heartbeat_timeout: Duration | None = None,
+    heartbeat_throttle: Duration | None = None,
+    cancel_grace: Duration | None = None,
+    idempotency_key: Callable[..., str] | None = None,
+    verify: Callable[..., Any] | None = None,
 ) -> Callable[[F], F]: ...
 def activity(
     fn: F | None = None,
@@ -230,12 +307,26 @@ def activity(
     retry: RetryPolicy | None = None,
     timeout: Duration | None = None,
     schedule_to_close: Duration | None = None,
+    heartbeat_timeout: Duration | None = None,
+    heartbeat_throttle: Duration | None = None,
+    cancel_grace: Duration | None = None,
+    idempotency_key: Callable[..., str] | None = None,
+    verify: Callable[..., Any] | None = None,
 ) -> F | Callable[[F], F]:
     """Declare an activity: a unit of side-effecting work whose result is recorded.
 
     ``async def`` activities run on the event loop; plain ``def`` activities run
     in the engine's activity thread pool. ``timeout`` bounds each attempt,
     ``schedule_to_close`` bounds all attempts together (backoff included).
+    ``heartbeat_timeout`` fails an attempt that goes that long without calling
+    ``activity_context().heartbeat()``; ``heartbeat_throttle`` is the most often its
+    details are written to the store (default: 0.8 of ``heartbeat_timeout``, else 30s).
+    ``cancel_grace`` (default 10s) is how long a cancelled plain ``def`` activity is
+    given to notice ``activity_context().cancelled`` and return.
+    ``idempotency_key`` (a function of the arguments returning a string) makes the
+    activity keyed: a dispatch whose outcome a crash hid is reconciled with
+    ``verify(key, *args)`` (returning a ``VerifyResult``) instead of being run
+    again; without ``verify`` such a step fails closed.
     """
 
     def decorate(f: F) -> F:
@@ -245,7 +336,16 @@ def activity(
                 "one or the other; start workflows with engine.start or ctx.start_child"
             )
         definition = _activity_definition(
-            f, name=name, retry=retry, timeout=timeout, schedule_to_close=schedule_to_close
+            f,
+            name=name,
+            retry=retry,
+            timeout=timeout,
+            schedule_to_close=schedule_to_close,
+            heartbeat_timeout=heartbeat_timeout,
+            heartbeat_throttle=heartbeat_throttle,
+            cancel_grace=cancel_grace,
+            idempotency_key=idempotency_key,
+            verify=verify,
         )
         if inspect.ismethod(f):
             # A bound method takes no attributes: wrap it, keeping its object.

@@ -369,8 +369,11 @@ class RunTornDown(BaseException):
 class ActivityError(PyweftError):
     """An activity failed for good (retries exhausted, non-retryable, or out of budget).
 
-    Raised into the workflow, where it may be caught. ``error_type`` and
-    ``error_message`` preserve the original exception across restarts.
+    Raised into the workflow, where it may be caught. ``error_type``,
+    ``error_message`` and ``error_traceback`` preserve the original exception
+    across restarts; ``cause`` (also ``__cause__``) is that exception rebuilt, when
+    its class is loaded in this process and can be built from its message, else
+    ``None``: branch on ``isinstance(err.cause, X)`` or on ``err.error_type``.
     """
 
     def __init__(
@@ -382,6 +385,8 @@ class ActivityError(PyweftError):
         attempts: int,
         error_type: str,
         error_message: str,
+        error_traceback: str | None = None,
+        cause: BaseException | None = None,
     ) -> None:
         super().__init__(message)
         self.activity_name = activity_name
@@ -389,10 +394,78 @@ class ActivityError(PyweftError):
         self.attempts = attempts
         self.error_type = error_type
         self.error_message = error_message
+        self.error_traceback = error_traceback
+        self.cause = cause
+
+
+class ApplicationError(PyweftError):
+    """Raise it from an activity to fail the attempt on your terms.
+
+    ``non_retryable=True`` stops retries at once, whatever the retry policy says.
+    ``type`` names the failure (recorded as the ``error_type`` the workflow sees,
+    and matched by ``RetryPolicy(non_retryable=[...])``); it defaults to
+    ``"ApplicationError"``. ``details`` is any JSON-like value kept with the error.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        type: str | None = None,
+        non_retryable: bool = False,
+        details: object = None,
+    ) -> None:
+        super().__init__(message)
+        self.type = type
+        self.non_retryable = non_retryable
+        self.details = details
 
 
 class ActivityTimeoutError(PyweftError, TimeoutError):
-    """One activity attempt exceeded its ``timeout`` (a retryable failure)."""
+    """One activity attempt ran out of time (a retryable failure).
+
+    ``kind`` says which limit: ``"attempt"`` (its ``timeout``), ``"heartbeat"`` (it did
+    not heartbeat within ``heartbeat_timeout``) or ``"schedule_to_close"`` (the budget
+    of all attempts was spent).
+    """
+
+    def __init__(self, message: str, *, kind: str = "attempt") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class ActivityTokenNotFoundError(PyweftError, LookupError):
+    """No activity waits for this async-completion token: it is malformed, was never
+    issued, was already completed or failed, or its run moved on (retry, cancel, end)."""
+
+    def __init__(self, message: str, *, token: str) -> None:
+        super().__init__(message)
+        self.token = token
+
+
+class ActivityReconciliationError(PyweftError):
+    """A keyed activity was dispatched before a crash and its outcome cannot be proven:
+    its ``verify`` answered "completed, result unavailable" or "indeterminate", raised,
+    or the activity has no ``verify``. The step fails closed instead of running the
+    side effect again; ``key`` is the idempotency key to look up."""
+
+    def __init__(self, message: str, *, key: str = "", verdict: str = "") -> None:
+        super().__init__(message)
+        self.key = key
+        self.verdict = verdict
+
+
+class ActivityCancelledError(PyweftError):
+    """Raised inside a plain ``def`` activity by ``heartbeat()`` or ``check_cancelled()``
+    once its attempt is cancelled (the run was cancelled or timed out, the attempt's
+    timeout fired, or its branch lost a race). Let it propagate: whatever the activity
+    returns after that is discarded."""
+
+    def __init__(self, message: str, *, workflow_id: str, step: int, reason: str) -> None:
+        super().__init__(message)
+        self.workflow_id = workflow_id
+        self.step = step
+        self.reason = reason
 
 
 # --- storage ----------------------------------------------------------------------

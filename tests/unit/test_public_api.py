@@ -18,6 +18,8 @@ EXPECTED = {
     "ReviewInfo", "UpdateRequestHandle", "WorkflowEvent", "Saga", "Group", "LeaseHealth",
     "StoreOwnership", "EngineStats", "parse_duration", "format_duration",
     "LeaseLostWarning", "SecondInstanceWarning", "RunTornDown",
+    "ActivityContext", "activity_context", "PendingActivity",
+    "VerifyResult",
 }  # fmt: skip
 
 

@@ -12,6 +12,7 @@ import typer.core
 import pyweft
 from pyweft.cli import (
     CODEC_ENV,
+    activities,
     apps,
     demo,
     doctor,
@@ -53,6 +54,7 @@ app.command("demo")(demo.demo)
 workflows.app.command("purge")(purge.purge_runs)
 app.add_typer(workflows.app, name="workflows")
 app.add_typer(reviews.app, name="reviews")
+app.add_typer(activities.app, name="activities")
 app.add_typer(versions.app, name="versions")
 
 

@@ -115,6 +115,7 @@ class WorkflowContext:
         retry: RetryPolicy | None = None,
         timeout: Duration | None = None,
         schedule_to_close: Duration | None = None,
+        idempotency_key: str | None = None,
     ) -> Awaitable[T]: ...
     @overload
     def run(
@@ -125,6 +126,7 @@ class WorkflowContext:
         retry: RetryPolicy | None = None,
         timeout: Duration | None = None,
         schedule_to_close: Duration | None = None,
+        idempotency_key: str | None = None,
     ) -> Awaitable[T]: ...
     @overload
     def run(
@@ -135,6 +137,7 @@ class WorkflowContext:
         retry: RetryPolicy | None = None,
         timeout: Duration | None = None,
         schedule_to_close: Duration | None = None,
+        idempotency_key: str | None = None,
     ) -> Awaitable[Any]: ...
     def run(
         self,
@@ -144,15 +147,23 @@ class WorkflowContext:
         retry: RetryPolicy | None = None,
         timeout: Duration | None = None,
         schedule_to_close: Duration | None = None,
+        idempotency_key: str | None = None,
     ) -> Awaitable[Any]:
         """Run an activity (a function or a registered name) as one durable step.
 
         Its result is committed before it is returned; on replay the recorded
         result is returned without running the activity again. Options given
         here override the activity's own for this call. Pass activity
-        arguments positionally.
+        arguments positionally. ``idempotency_key`` keys this call (see
+        ``@activity(idempotency_key=..., verify=...)``).
         """
         act = self._resolve(activity)
+        if idempotency_key is not None and (
+            not isinstance(idempotency_key, str) or not idempotency_key
+        ):
+            raise InvalidArgumentError(
+                f"ctx.run idempotency_key= must be a non-empty string, got {idempotency_key!r}"
+            )
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise InvalidArgumentError(f"ctx.run retry= must be a RetryPolicy, got {retry!r}")
         # Options are checked before the step number is taken, so a bad one takes none.
@@ -172,6 +183,7 @@ class WorkflowContext:
             retry if retry is not None else act.retry,
             timeout_s,
             budget_s,
+            idempotency_key,
         )
 
     def _resolve(self, activity: Callable[..., Any] | str) -> ActivityDefinition:

@@ -62,10 +62,13 @@ from pyweft.engine.ownership.lease import LeaseHealth, LeaseManager
 from pyweft.engine.replay import keys
 from pyweft.engine.replay.events import WorkflowEvent
 from pyweft.engine.replay.info import Page, WorkflowInfo
+from pyweft.engine.replay.recovery import ids_with_status
 from pyweft.engine.replay.redrive import Redriver
 from pyweft.engine.replay.residency import DEFAULT_MAX_CACHED_RUNS
 from pyweft.engine.replay.run import RunServices
 from pyweft.engine.replay.stats import EngineStats
+from pyweft.engine.steps import async_completion
+from pyweft.engine.steps.async_completion import PendingActivity
 from pyweft.engine.visibility import query
 from pyweft.engine.visibility.reader import Group, History
 from pyweft.errors import (
@@ -998,6 +1001,34 @@ class Engine:
         self._core.services_or_raise()
         assert self._reviews is not None
         return await self._reviews.list(status, workflow_id, review_type)
+
+    # --- activities completed by token (logic in steps/async_completion.py) ----------
+
+    async def complete_activity(self, token: str, result: Any = None) -> None:
+        """Complete, with ``result``, the activity attempt that returned
+        ``complete_async()`` with this token. Durable when it returns; works from any
+        process on the store. ``ActivityTokenNotFoundError`` if nothing waits for the
+        token (spent, unknown); ``PayloadError`` leaves the token usable."""
+        await async_completion.complete(self._core, token, result)
+
+    async def fail_activity(self, token: str, error: BaseException | str) -> None:
+        """Fail that attempt with ``error`` (retried per its policy unless non-retryable,
+        e.g. ``ApplicationError(..., non_retryable=True)``)."""
+        await async_completion.fail(self._core, token, error)
+
+    async def heartbeat_activity(self, token: str, details: Any = None) -> None:
+        """Keep that attempt alive (``heartbeat_timeout``) and record its progress."""
+        await async_completion.heartbeat(self._core, token, details)
+
+    async def pending_activities(
+        self, workflow_id: str | None = None, *, limit: int = 50
+    ) -> builtins.list[PendingActivity]:
+        """Activities waiting for completion by token: of one run, or of every running
+        run (a scan of running runs: give ``workflow_id`` when you know it)."""
+        ids = (
+            [] if workflow_id is not None else await ids_with_status(self._core.storage, "running")
+        )
+        return await async_completion.pending(self._core, workflow_id, ids, limit)
 
     def events(self, workflow_id: str | None = None) -> AsyncIterator[WorkflowEvent]:
         """Lifecycle events of every run (or one), from now on, in this process."""

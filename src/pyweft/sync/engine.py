@@ -32,6 +32,7 @@ from pyweft.engine.ownership.lease import LeaseHealth
 from pyweft.engine.replay.info import Page, WorkflowInfo
 from pyweft.engine.replay.residency import DEFAULT_MAX_CACHED_RUNS
 from pyweft.engine.replay.stats import EngineStats
+from pyweft.engine.steps.async_completion import PendingActivity
 from pyweft.engine.visibility.reader import Group, History
 from pyweft.errors import EngineClosedError
 from pyweft.storage.base import Storage
@@ -404,6 +405,24 @@ class Engine:
         return self._loop.call(self._engine.is_running_here, workflow_id)
 
     # --- messages ---------------------------------------------------------------------
+
+    def complete_activity(self, token: str, result: Any = None) -> None:
+        """Complete an activity waiting on ``complete_async()`` (see ``Engine``)."""
+        self._run(self._engine.complete_activity, token, result)
+
+    def fail_activity(self, token: str, error: BaseException | str) -> None:
+        """Fail the attempt waiting on ``token`` (see ``Engine``)."""
+        self._run(self._engine.fail_activity, token, error)
+
+    def heartbeat_activity(self, token: str, details: Any = None) -> None:
+        """Keep the attempt waiting on ``token`` alive (see ``Engine``)."""
+        self._run(self._engine.heartbeat_activity, token, details)
+
+    def pending_activities(
+        self, workflow_id: str | None = None, *, limit: int = 50
+    ) -> list[PendingActivity]:
+        """Activities waiting for completion by token (see ``Engine``)."""
+        return self._run(self._engine.pending_activities, workflow_id, limit=limit)
 
     def signal(
         self, workflow_id: str, name: str, payload: Any = None, *, signal_id: str | None = None

@@ -228,9 +228,10 @@ class StallMonitor:
 
     def _identify(self, frame: FrameType) -> Stall:
         """The activity (and its run and step) on the loop thread's stack, if any."""
-        from pyweft.engine.steps.activities import _execute, run_activity
+        from pyweft.engine.steps.activities import run_activity
+        from pyweft.engine.steps.attempt import run_attempt
 
-        execute_code = _execute.__code__
+        execute_code = run_attempt.__code__
         step_code = getattr(run_activity, "__wrapped__", run_activity).__code__
         activity: str | None = None
         workflow_id: str | None = None

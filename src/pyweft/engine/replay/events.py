@@ -32,6 +32,7 @@ EventKind = Literal[
     "cancelled",
     "timed_out",
     "warning",
+    "activity_async_pending",  # an activity waits for completion by token (data: token)
 ]
 TERMINAL_KINDS = frozenset({"completed", "failed", "cancelled", "timed_out"})
 

@@ -81,6 +81,9 @@ class WorkflowInfo:
     # A record of the run cannot be decoded: status is "quarantined", error says why, and
     # corrupt_key names the record (docs/concepts/recovery.md, "Damaged records").
     corrupt_key: str | None = None
+    # Filled by describe(): step -> latest stored heartbeat details of each activity in
+    # flight that heartbeated with details (the live "activity progress").
+    heartbeats: dict[int, Any] | None = None
 
     @property
     def is_terminal(self) -> bool:
@@ -106,6 +109,9 @@ class StepInfo:
     result: Any = None
     error: ErrorInfo | None = None
     next_attempt_at: datetime | None = None
+    # An activity in flight: the details of its latest stored heartbeat, and when.
+    heartbeat_details: Any = None
+    heartbeat_at: datetime | None = None
 
     @property
     def duration_s(self) -> float | None:

@@ -14,7 +14,11 @@ Layout (``{id}`` is an encoded workflow id):
 ``wf:{id}``                           the run's state record
 ``wf:{id}:j:{step10}``                journal: the committed outcome of one step
 ``wf:{id}:p:{step10}``                an open step's durable progress (sleep
-                                      deadline, activity attempt and backoff)
+                                      deadline, activity attempt and backoff,
+                                      heartbeat details, async token, dispatch
+                                      marker of a keyed activity)
+``wf:{id}:ar:{step10}``               an async activity's outcome, completed by token
+``wf:{id}:ah:{step10}``               a heartbeat sent by token to a waiting activity
 ``ix:s:{status}:{created16}:{id}``    runs by status, oldest first
 ``ix:st:{status}:{type}:{created16}:{id}``  runs by status and type
 ``ix:t:{type}:{created16}:{id}``      runs by type

@@ -45,6 +45,8 @@ class ErrorInfo(msgspec.Struct, array_like=True, frozen=True):
     type: str
     message: str
     code: str | None = None
+    traceback: str | None = None  # an activity's failure: the traceback text, as raised
+    module: str | None = None  # the exception class as `module.QualName` (to rebuild it)
 
 
 class WorkflowState(msgspec.Struct, array_like=True):
@@ -103,6 +105,13 @@ class PendingStep(msgspec.Struct, array_like=True):
     first_started_at: float = 0.0
     last_error: ErrorInfo | None = None
     ref: str | None = None  # e.g. the review id of an open review
+    # An activity's latest heartbeat details (encoded user payload) and when they were
+    # given: kept for the step's next attempt, deleted with the record when it ends.
+    heartbeat: bytes | None = None
+    heartbeat_at: float | None = None
+    # A keyed activity: its idempotency key, written before an attempt is dispatched and
+    # kept while that attempt's outcome is unknown (recovery verifies before running).
+    dispatched_key: str | None = None
 
 
 _enc = msgspec.msgpack.Encoder()

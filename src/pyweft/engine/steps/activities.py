@@ -2,35 +2,26 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import functools
 import logging
-from typing import Any
+from typing import Any, NoReturn
+
+import msgspec
 
 from pyweft.definitions import ActivityDefinition, RetryPolicy
 from pyweft.engine.ownership import confirm_owned
-from pyweft.engine.replay import records
 from pyweft.engine.replay.operations import operation
-from pyweft.engine.replay.records import ErrorInfo, PendingStep, StepRecord
+from pyweft.engine.replay.records import PendingStep, StepRecord
 from pyweft.engine.replay.run import Run
-from pyweft.engine.steps.activity_scope import ActivityScope, activity_scope
-from pyweft.errors import ActivityError, ActivityTimeoutError, PayloadError
+from pyweft.engine.steps import async_completion, reconcile, tokens
+from pyweft.engine.steps.activity_context import ActivityContext, enter, leave
+from pyweft.engine.steps.async_completion import AsyncPending, is_async_token
+from pyweft.engine.steps.attempt import run_attempt
+from pyweft.engine.steps.failures import activity_error, failure_info
+from pyweft.engine.steps.heartbeats import Heartbeats, throttle_for
+from pyweft.errors import ActivityTimeoutError, PayloadError, WorkflowUsageError
 
 log = logging.getLogger("pyweft.activities")
-
-
-def activity_error(rec: StepRecord) -> ActivityError:
-    err = rec.error or ErrorInfo(type="Exception", message="")
-    return ActivityError(
-        f"activity {rec.name!r} (step {rec.step}) failed after {rec.attempts} attempt(s): "
-        f"{err.type}: {err.message}",
-        activity_name=rec.name,
-        step=rec.step,
-        attempts=rec.attempts,
-        error_type=err.type,
-        error_message=err.message,
-    )
 
 
 @operation
@@ -42,6 +33,7 @@ async def run_activity(
     retry: RetryPolicy,
     timeout_s: float | None,
     budget_s: float | None,
+    per_call_key: str | None = None,
 ) -> Any:
     """One activity step: replayed from the journal, or executed until it succeeds or gives up."""
     rec = run.replay(step, "activity", act.name)
@@ -65,28 +57,82 @@ async def run_activity(
     first = pend.first_started_at if pend else clock.now()
     if pend is not None and pend.deadline > clock.now():
         await run.live(run.wait_until(pend.deadline))
+    # The step's progress record as of now: heartbeat writes and retries build on it.
+    base = pend or PendingStep(
+        step=step, kind="activity", name=act.name, deadline=0.0, first_started_at=first
+    )
+    throttle_s = throttle_for(act.heartbeat_throttle_s, act.heartbeat_timeout_s)
+    # Parked on an async-completion token before a restart: wait again, do not run it.
+    parked = pend.ref if pend is not None and is_async_token(pend.ref) else None
+    try:
+        key = reconcile.key_for(act, args, per_call_key)
+    except Exception as exc:  # the key function failed: nothing was dispatched
+        await _fail_step(run, step, act, first, max(attempt, 1), exc)
+    execution = functools.partial(tokens.execution_token, run, tokens.owner_epoch(run))
     while True:
         attempt += 1
+        started = clock.now()
         attempt_timeout = timeout_s
+        timeout_kind = "attempt"
         if budget_s is not None:
-            left = budget_s - (clock.now() - first)
-            attempt_timeout = left if timeout_s is None else min(timeout_s, left)
-        scope = ActivityScope(
+            left = budget_s - (started - first)
+            if timeout_s is None or left < timeout_s:
+                attempt_timeout, timeout_kind = left, "schedule_to_close"
+        base = msgspec.structs.replace(base, attempt=attempt - 1)
+        if key is not None and parked is None:  # (a parked step waits for its token)
+            if base.dispatched_key is not None:  # an earlier dispatch's outcome is unknown
+                answer = await run.live(reconcile.verify(run, act, base.dispatched_key, args))
+                if answer.verdict == "completed":
+                    return await _record_verified(run, step, act, first, attempt, answer.result)
+                if answer.verdict != "not_completed":
+                    error = reconcile.fail_closed(act, step, base.dispatched_key, answer)
+                    await _fail_step(run, step, act, first, attempt, error)
+            # The dispatch marker is stored before the activity can act.
+            base = msgspec.structs.replace(base, dispatched_key=key)
+            await run.commit_pending(base)
+        beats = Heartbeats(run, base, throttle_s)
+        actx = ActivityContext(
             workflow_id=run.id,
             workflow_type=run.definition.name,
             activity=act.name,
             step=step,
             attempt=attempt,
+            scheduled_at=first,
+            started_at=started,
+            deadline=None if attempt_timeout is None else started + attempt_timeout,
+            execution_token=execution,
+            generation=run.state.generation,
+            last_heartbeat=_details(codec, base),
+            heartbeats=beats,
         )
         # A deposed engine must not start what its successor may run too.
         await confirm_owned(run.services.committer.fence, run.id)
         try:
-            if attempt_timeout is not None and attempt_timeout <= 0:
-                raise ActivityTimeoutError(
-                    f"activity {act.name!r} ran out of its schedule_to_close budget"
-                )
-            with activity_scope(scope):
-                value = await run.live(_execute(run, act, args, attempt_timeout))
+            try:
+                if attempt_timeout is not None and attempt_timeout <= 0:
+                    raise ActivityTimeoutError(
+                        f"activity {act.name!r} ran out of its schedule_to_close budget",
+                        kind="schedule_to_close",
+                    )
+                token = enter(actx)
+                try:
+                    value = (
+                        AsyncPending(parked)
+                        if parked is not None
+                        else await run.live(
+                            run_attempt(run, act, args, actx, beats, attempt_timeout, timeout_kind)
+                        )
+                    )
+                finally:
+                    leave(token)
+                if isinstance(value, AsyncPending):
+                    deadline = None if attempt_timeout is None else started + attempt_timeout
+                    value = await _await_completion(
+                        run, act, actx, beats, base, value, parked, deadline, timeout_kind
+                    )
+            finally:
+                parked = None
+                await beats.close()
             payload = run.encode_result(value, f"result of activity {act.name!r}")
             result = _decode_result(codec, payload, act, step)  # before it is recorded as done
         except Exception as exc:
@@ -94,11 +140,10 @@ async def run_activity(
             delay = retry.delay_after(attempt)
             give_up = (
                 isinstance(exc, PayloadError)
-                or not retry.is_retryable(exc)
-                or attempt >= retry.max_attempts
                 or (budget_s is not None and now + delay - first >= budget_s)
+                or not _allows_retry(retry, exc, attempt, act.name)
             )
-            info = records.error_info(exc)
+            info = failure_info(exc)
             if give_up:
                 failed = StepRecord(
                     step=step,
@@ -111,7 +156,8 @@ async def run_activity(
                     error=info,
                 )
                 await run.commit_step(failed)
-                raise activity_error(failed) from exc
+                error = activity_error(failed)  # the same cause live and on replay
+                raise error from error.cause
             log.info(
                 "activity %s (workflow %s step %d) attempt %d failed: %s; retrying in %.3fs",
                 act.name,
@@ -120,20 +166,24 @@ async def run_activity(
                 attempt,
                 info.message,
                 delay,
-                extra=scope.extras(),
+                extra=actx.extras(),
             )
             retry_at = now + delay
-            await run.commit_pending(
-                PendingStep(
-                    step=step,
-                    kind="activity",
-                    name=act.name,
-                    deadline=retry_at,
-                    attempt=attempt,
-                    first_started_at=first,
-                    last_error=info,
-                )
+            details, details_at = beats.carried()
+            base = PendingStep(
+                step=step,
+                kind="activity",
+                name=act.name,
+                deadline=retry_at,
+                attempt=attempt,
+                first_started_at=first,
+                last_error=info,
+                heartbeat=details,
+                heartbeat_at=details_at,
+                # Timed out: the function may still have acted, so verify before retrying.
+                dispatched_key=key if isinstance(exc, ActivityTimeoutError) else None,
             )
+            await run.commit_pending(base)
             await run.live(run.wait_until(retry_at))
             continue
         done = StepRecord(
@@ -150,6 +200,100 @@ async def run_activity(
         return result
 
 
+async def _await_completion(
+    run: Run,
+    act: ActivityDefinition,
+    actx: ActivityContext,
+    beats: Heartbeats,
+    base: PendingStep,
+    marker: AsyncPending,
+    parked: str | None,
+    deadline: float | None,
+    deadline_kind: str,
+) -> Any:
+    """The activity returned ``complete_async()``: park the step on its token and wait."""
+    if marker.token != actx.async_token:
+        raise WorkflowUsageError(
+            f"activity {act.name!r} returned the completion marker of another attempt "
+            f"({marker.token!r}); return activity_context().complete_async() itself"
+        )
+    if parked is None:
+        beats.rebase(await async_completion.park(run, base, marker.token, announce=True))
+    else:
+        beats.rebase(msgspec.structs.replace(base, ref=parked))
+    payload = await run.live(
+        async_completion.wait_outcome(
+            run,
+            actx.step,
+            marker.token,
+            beats,
+            deadline,
+            deadline_kind,
+            act.heartbeat_timeout_s,
+            act.name,
+        )
+    )
+    return None if payload is None else run.services.codec.decode(payload)
+
+
+async def _fail_step(
+    run: Run, step: int, act: ActivityDefinition, first: float, attempts: int, exc: Exception
+) -> NoReturn:
+    """Record the step as failed for good with ``exc``, and raise it into the workflow."""
+    failed = StepRecord(
+        step=step,
+        kind="activity",
+        name=act.name,
+        ok=False,
+        started_at=first,
+        finished_at=run.services.clock.now(),
+        attempts=attempts,
+        error=failure_info(exc),
+    )
+    await run.commit_step(failed)
+    error = activity_error(failed)
+    raise error from error.cause
+
+
+async def _record_verified(
+    run: Run, step: int, act: ActivityDefinition, first: float, attempts: int, value: Any
+) -> Any:
+    """``verify`` proved the dispatched attempt completed: its result is the step's."""
+    try:
+        payload = run.encode_result(value, f"verified result of activity {act.name!r}")
+        result = _decode_result(run.services.codec, payload, act, step)
+    except PayloadError as exc:
+        await _fail_step(run, step, act, first, attempts, exc)
+    await run.commit_step(
+        StepRecord(
+            step=step,
+            kind="activity",
+            name=act.name,
+            ok=True,
+            started_at=first,
+            finished_at=run.services.clock.now(),
+            attempts=attempts,
+            value=payload,
+        )
+    )
+    return result
+
+
+def _allows_retry(retry: RetryPolicy, exc: BaseException, attempt: int, name: str) -> bool:
+    try:
+        return retry.allows_retry(exc, attempt)
+    except Exception as bad:  # a should_retry that fails cannot allow a retry
+        log.warning("activity %s: RetryPolicy.should_retry raised %r; not retrying", name, bad)
+        return False
+
+
+def _details(codec: Any, base: PendingStep) -> tuple[Any, bool]:
+    """The heartbeat details an earlier attempt of this step left, decoded."""
+    if base.heartbeat is None:
+        return None, False
+    return codec.decode(base.heartbeat), True
+
+
 def _decode_result(codec: Any, payload: bytes, act: ActivityDefinition, step: int) -> Any:
     try:
         return codec.decode(payload, act.result_type)
@@ -159,45 +303,3 @@ def _decode_result(codec: Any, payload: bytes, act: ActivityDefinition, step: in
             f"return annotation: {exc} Return what the annotation says, or fix the annotation.",
             path=exc.path,
         ) from exc
-
-
-async def _execute(
-    run: Run, act: ActivityDefinition, args: tuple[Any, ...], timeout_s: float | None
-) -> Any:
-    if act.is_async:
-        if timeout_s is None:
-            return await act.fn(*args)
-        return await _with_timeout(run, asyncio.ensure_future(act.fn(*args)), act, timeout_s)
-    loop = asyncio.get_running_loop()
-    call = functools.partial(contextvars.copy_context().run, act.fn, *args)  # keeps the scope
-    fut = loop.run_in_executor(run.services.executor, call)
-    if timeout_s is None:
-        return await fut
-    return await _with_timeout(run, fut, act, timeout_s)
-
-
-async def _with_timeout(
-    run: Run, fut: asyncio.Future[Any], act: ActivityDefinition, timeout_s: float
-) -> Any:
-    """Await ``fut`` but cancel it once ``timeout_s`` passes on the engine clock."""
-    expired = False
-
-    def expire() -> None:
-        nonlocal expired
-        expired = True
-        fut.cancel()
-
-    clock = run.services.clock
-    handle = clock.call_at(clock.now() + timeout_s, expire)
-    try:
-        return await fut
-    except asyncio.CancelledError:
-        if expired:
-            raise ActivityTimeoutError(
-                f"activity {act.name!r} attempt timed out after {timeout_s:.3f}s"
-            ) from None
-        raise
-    finally:
-        handle.cancel()
-        if not fut.done():
-            fut.cancel()

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pyweft.engine.replay import keys, quarantine, records
+from pyweft.engine.steps import async_completion
 from pyweft.errors import CorruptRecordError
 from pyweft.storage.base import Storage
 
@@ -134,6 +135,10 @@ def _check_run_key(key: str, value: bytes) -> None:
         records.decode_version_pin(value, key=key)
     elif rest == "attrs":
         records.decode_attributes(value, key=key)
+    elif kind == "ar":  # an async activity's outcome, until its step records it
+        async_completion.decode_outcome(value, key=key)
+    elif kind == "ah":  # a heartbeat sent by token to an activity waiting for completion
+        async_completion.decode_beat(value, key=key)
     else:
         raise records.corrupt(key, "run record", f"no run record is kept under {':' + rest!r}")
 

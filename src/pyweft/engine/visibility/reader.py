@@ -206,7 +206,14 @@ class Visibility:
             loaded.state, len(loaded.journal), loaded.state.updated_at, dict(loaded.attributes)
         )
         last = max((r.finished_at for r in loaded.journal.values()), default=None)
-        return dataclasses.replace(info, last_step_at=None if last is None else to_datetime(last))
+        beats = {
+            p.step: self._codec.decode(p.heartbeat)
+            for p in loaded.pendings.values()
+            if p.heartbeat is not None and p.step not in loaded.journal
+        }
+        return dataclasses.replace(
+            info, last_step_at=None if last is None else to_datetime(last), heartbeats=beats
+        )
 
     async def _describe_damaged(self, workflow_id: str, exc: CorruptRecordError) -> WorkflowInfo:
         key = keys.wf(workflow_id)
@@ -257,6 +264,12 @@ class Visibility:
                     finished_at=None,
                     error=pend.last_error,
                     next_attempt_at=to_datetime(pend.deadline) if pend.deadline else None,
+                    heartbeat_details=None
+                    if pend.heartbeat is None
+                    else self._codec.decode(pend.heartbeat),
+                    heartbeat_at=(
+                        None if pend.heartbeat_at is None else to_datetime(pend.heartbeat_at)
+                    ),
                 )
             )
         steps.sort(key=lambda s: s.step)
