@@ -21,9 +21,10 @@ from pyweft.engine.messages.updates import UpdateRequestHandle
 from pyweft.engine.ownership import StoreOwnership
 from pyweft.engine.ownership.lease import LeaseHealth
 from pyweft.engine.replay.events import WorkflowEvent
-from pyweft.engine.replay.info import Page, RunInfo, StepInfo, WorkflowInfo
+from pyweft.engine.replay.info import Page, RunInfo, ScheduleOrigin, StepInfo, WorkflowInfo
 from pyweft.engine.replay.records import ErrorInfo
 from pyweft.engine.replay.stats import EngineStats
+from pyweft.engine.schedules.records import MissedWindow, ScheduleInfo
 from pyweft.engine.visibility.reader import Group, History, HistoryEvent
 from pyweft.errors import (
     ActivityError,
@@ -39,6 +40,7 @@ from pyweft.errors import (
     IdempotencyKeySpentError,
     InvalidArgumentError,
     InvalidDurationError,
+    InvalidScheduleError,
     LeaseAcquisitionTimeoutError,
     LeaseCorruptedError,
     LeaseLostWarning,
@@ -56,6 +58,8 @@ from pyweft.errors import (
     ReviewNotFoundError,
     ReviewTimeoutError,
     RunTornDown,
+    ScheduleAlreadyExistsError,
+    ScheduleNotFoundError,
     SchemaVersionError,
     SecondInstanceWarning,
     StorageCapabilityError,
@@ -111,6 +115,9 @@ __all__ = [
     "StepInfo",
     "WorkflowInfo",
     "RunInfo",
+    "ScheduleInfo",
+    "ScheduleOrigin",
+    "MissedWindow",
     # plumbing you may swap
     "Clock",
     "DefaultPayloadCodec",
@@ -166,6 +173,9 @@ __all__ = [
     "UpdateTimeoutError",
     "VersionMismatchError",
     "WaitTimeoutError",
+    "InvalidScheduleError",
+    "ScheduleAlreadyExistsError",
+    "ScheduleNotFoundError",
     "WorkflowAlreadyExistsError",
     "WorkflowCancelledError",
     "WorkflowFailedError",

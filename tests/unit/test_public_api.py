@@ -17,7 +17,8 @@ EXPECTED = {
     "open_storage", "__version__", "Escalation", "History", "HistoryEvent", "ReviewDecision",
     "ReviewInfo", "UpdateRequestHandle", "WorkflowEvent", "Saga", "Group", "LeaseHealth",
     "StoreOwnership", "EngineStats", "parse_duration", "format_duration",
-    "LeaseLostWarning", "SecondInstanceWarning", "RunTornDown",
+    "LeaseLostWarning", "SecondInstanceWarning", "RunTornDown", "ScheduleInfo", "ScheduleOrigin",
+    "MissedWindow",
 }  # fmt: skip
 
 

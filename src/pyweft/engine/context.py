@@ -92,6 +92,8 @@ class WorkflowContext:
             idempotency_key=state.idempotency_key,
             forked_from=state.forked_from,
             forked_at_step=state.forked_at_step,
+            schedule_id=state.schedule_id,
+            nominal_time=None if state.nominal_time is None else to_datetime(state.nominal_time),
         )
 
     @property

@@ -66,6 +66,9 @@ from pyweft.engine.replay.redrive import Redriver
 from pyweft.engine.replay.residency import DEFAULT_MAX_CACHED_RUNS
 from pyweft.engine.replay.run import RunServices
 from pyweft.engine.replay.stats import EngineStats
+from pyweft.engine.schedules import declared
+from pyweft.engine.schedules.records import ScheduleInfo
+from pyweft.engine.schedules.service import Schedules
 from pyweft.engine.visibility import query
 from pyweft.engine.visibility.reader import Group, History
 from pyweft.errors import (
@@ -330,6 +333,9 @@ class Engine:
         self._signals: SignalSender | None = None
         self._updates: UpdateClient | None = None
         self._reviews: ReviewDesk | None = None
+        self.schedules = Schedules(self._core, self._signal_sender)
+        """Schedules on this store: ``get``, ``list``, ``update``, ``pause``, ``resume``,
+        ``delete``, ``trigger``, ``backfill``, ``preview`` (docs/guides/schedules.md)."""
         self.schema_version: int | None = None
         """The store's schema version, known once the engine is open."""
         self.store_was_new = False
@@ -540,6 +546,9 @@ class Engine:
             raise
         if self.role == "engine":
             self._sweeper.start()
+            if not getattr(core.storage, "read_only", False):
+                await declared.reconcile(self.schedules, core.workflows)
+                self.schedules.firing.start()
         if not getattr(core.storage, "read_only", False):
             await self._wakeups.start()  # it tidies wake markers: nothing to do read-only
         if core.claims is not None:
@@ -581,6 +590,7 @@ class Engine:
     async def _shutdown(self) -> None:
         core = self._core
         core.state = "closed"
+        await self.schedules.firing.stop()
         await core.redriver.close()
         # Stop taking runs over first, so no reclaim launches a run after the others stop.
         if self._claim_timer is not None:
@@ -708,7 +718,18 @@ class Engine:
         """The store lease as this engine sees it (``no-lease`` unless ``ownership="lease"``)."""
         return self._lease.health() if self._lease is not None else LeaseHealth(state="no-lease")
 
+    def _signal_sender(self) -> SignalSender:
+        assert self._signals is not None, "the engine is not open"
+        return self._signals
+
     # --- starting runs ------------------------------------------------------------------
+
+    async def create_schedule(
+        self, schedule_id: str, wf: Callable[..., Any] | str, *args: Any, **options: Any
+    ) -> ScheduleInfo:
+        """Store a schedule that starts ``wf(*args)`` at every occurrence of ``cron=``
+        (in ``timezone=``) or ``every=``; see :meth:`Schedules.create` for the options."""
+        return await self.schedules.create(schedule_id, wf, *args, **options)
 
     @overload
     async def start(
@@ -1034,6 +1055,7 @@ class Engine:
         updated_before: datetime | float | None = None,
         attributes: Mapping[str, Any] | None = None,
         tags: Sequence[str] | None = None,
+        schedule_id: str | None = None,
         limit: int = 100,
         cursor: str | None = None,
     ) -> Page[WorkflowInfo]:
@@ -1056,6 +1078,7 @@ class Engine:
             updated_before=updated_before,
             attributes=attributes,
             tags=tags,
+            schedule_id=schedule_id,
         )
         return await self._core.visibility.list(flt, limit=limit, cursor=cursor)
 
@@ -1129,4 +1152,5 @@ _FILTER_NAMES = {
     "updated_before",
     "attributes",
     "tags",
+    "schedule_id",
 }

@@ -88,7 +88,9 @@ async def purge_run(core: EngineCore, workflow_id: str) -> bool:
     )
     doomed = [k for k, _ in rows]
     doomed += keys.index_keys(state.id, state.type, state.status, state.created_at)
-    doomed += keys.extra_index_keys(state.id, state.created_at, state.parent_id, state.tags)
+    doomed += keys.extra_index_keys(
+        state.id, state.created_at, state.parent_id, state.tags, state.schedule_id
+    )
     doomed.append(keys.updated_index(state.id, state.updated_at))
     doomed.append(keys.end_index(state.status, state.ended_at or state.updated_at, state.id))
     for name, value in attrs.items():

@@ -56,6 +56,16 @@ class RunInfo:
     idempotency_key: str | None
     forked_from: str | None
     forked_at_step: int | None
+    schedule_id: str | None = None  # the schedule that started this run, if any
+    nominal_time: datetime | None = None  # that occurrence's nominal time (before jitter)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ScheduleOrigin:
+    """Which schedule occurrence started a run (``WorkflowInfo.schedule``)."""
+
+    schedule_id: str
+    nominal_time: datetime
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -81,6 +91,7 @@ class WorkflowInfo:
     # A record of the run cannot be decoded: status is "quarantined", error says why, and
     # corrupt_key names the record (docs/concepts/recovery.md, "Damaged records").
     corrupt_key: str | None = None
+    schedule: ScheduleOrigin | None = None  # set when a schedule occurrence started the run
 
     @property
     def is_terminal(self) -> bool:

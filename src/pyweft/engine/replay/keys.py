@@ -263,13 +263,20 @@ def attributes(workflow_id: str) -> str:
 
 
 def extra_index_keys(
-    workflow_id: str, created_at: float, parent_id: str | None, tags: list[str]
+    workflow_id: str,
+    created_at: float,
+    parent_id: str | None,
+    tags: list[str],
+    schedule_id: str | None = None,
 ) -> list[str]:
-    """Index keys written once at creation (parent, tags, id) and removed on purge."""
+    """Index keys written once at creation (parent, tags, id, schedule) and removed on
+    purge."""
     i, c = enc(workflow_id), ts16(created_at)
     out = [f"ix:id:{i}:{c}"]
     if parent_id is not None:
         out.append(f"ix:p:{enc(parent_id)}:{c}:{i}")
+    if schedule_id is not None:
+        out.append(f"ix:sch:{enc(schedule_id)}:{c}:{i}")
     out += [f"ix:tag:{enc(tag)}:{c}:{i}" for tag in sorted(set(tags))]
     return out
 
