@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
@@ -83,7 +84,7 @@ async def test_an_hourly_wildcard_fires_in_both_copies_of_the_repeated_hour() ->
         "10-25 02:15 CET",
         "10-25 03:15 CET",
     ]
-    assert len(set(fired)) == 4 and all(b - a == 3600 for a, b in zip(fired, fired[1:]))
+    assert len(set(fired)) == 4 and all(b - a == 3600 for a, b in itertools.pairwise(fired))
 
 
 async def test_catch_up_after_downtime_runs_the_latest_and_records_the_missed_window() -> None:
