@@ -1,5 +1,5 @@
-"""The ``pyweft`` typer app: ``version``, ``doctor``, ``demo``, ``workflows``, ``reviews`` and
-``versions``."""
+"""The ``pyweft`` typer app: ``version``, ``doctor``, ``demo``, ``workflows``, ``reviews``,
+``schedules`` and ``versions``."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from pyweft.cli import (
     purge,
     render,
     reviews,
+    schedules,
     set_codec,
     versions,
     workflows,
@@ -53,6 +54,7 @@ app.command("demo")(demo.demo)
 workflows.app.command("purge")(purge.purge_runs)
 app.add_typer(workflows.app, name="workflows")
 app.add_typer(reviews.app, name="reviews")
+app.add_typer(schedules.app, name="schedules")
 app.add_typer(versions.app, name="versions")
 
 
