@@ -3,7 +3,8 @@
 No schedule is polled. The loop arms a single clock timer at the earliest due
 entry in the store (re-armed whenever this engine changes a schedule), plus a
 refresh at the engine's ``poll_interval`` that reads only that first entry, so
-a schedule created or changed by another process is noticed.
+a schedule created or changed by another process is noticed (not on a memory
+store, which no other process can write).
 
 Firing an occurrence is one conditional batch: the run (whose id derives from
 the schedule id and the nominal time), the schedule's new state and its next
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Callable
 
 from pyweft.clock import TimerHandle
@@ -132,12 +134,20 @@ class Firing:
         rows = await self._core.storage.scan(
             srec.DUE_PREFIX, end=prefix_end(srec.DUE_PREFIX), limit=1 + len(self._foreign)
         )
-        when = now + self.recheck
+        # A memory store is written by engines in this process only, which kick the loop
+        # themselves: no refresh (and a virtual clock can skip straight to the next fire).
+        shared = self._core.storage.capabilities.persistence != "ephemeral"
+        when = now + self.recheck if shared else math.inf
         for key, _ in rows:
             due, schedule_id = srec.due_of(key)
             if schedule_id not in self._foreign:
                 when = min(when, due)
                 break
+        if math.isinf(when):
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer, self._armed_at = None, None
+            return
         self._arm_at(when)
 
     def _arm_at(self, when: float) -> None:
