@@ -869,6 +869,18 @@ class Engine:
         """
         return await commands.recover_all(self._core)
 
+    def quiescent(self) -> bool:
+        """True when nothing here moves until time passes or a message arrives: every run
+        this engine drives is parked in a wait, none is loading, no schedule is firing.
+        The test kit skips virtual time only then (``pyweft.testing.TestEnv``)."""
+        core = self._core
+        return (
+            not core.loading
+            and not core.adopting
+            and not self.schedules.firing.busy
+            and all(run.waiting for run in core.runs.values())
+        )
+
     def is_running_here(self, workflow_id: str) -> bool:
         """True when this engine is currently driving the run (in memory, or evicted from
         memory while it waits: it is replayed when something concerns it)."""

@@ -223,6 +223,8 @@ class Run:
         self.signal_arrivals: dict[str, int] = {}
         self._next_step = 0
         self._live_ops = 0
+        self.child_waits = 0  # live operations waiting for a child run to end
+        self.timer_waits = 0  # wait_until futures not resolved yet (retry backoff...)
         self._open_pendings: set[int] = set(pendings)
         self._lock = asyncio.Lock()
         self.update_lock = asyncio.Lock()
@@ -431,7 +433,14 @@ class Run:
                 fut.set_result(None)
 
         handle = self.services.clock.call_at(deadline, fire)
-        fut.add_done_callback(lambda f: handle.cancel() if f.cancelled() else None)
+        self.timer_waits += 1
+
+        def done(f: asyncio.Future[None]) -> None:
+            self.timer_waits -= 1
+            if f.cancelled():
+                handle.cancel()
+
+        fut.add_done_callback(done)
         return fut
 
     def notify(self) -> None:
@@ -485,6 +494,13 @@ class Run:
         """True while every live operation of the run is a wait parked in changed()."""
         parked = len(self._parked) if self._parked else 0
         return parked > 0 and parked == self._live_ops
+
+    @property
+    def waiting(self) -> bool:
+        """True while every live operation is a parked wait, a timer or a wait for a child
+        run: the run moves only when time passes, a message comes or a child ends."""
+        waits = (len(self._parked) if self._parked else 0) + self.child_waits + self.timer_waits
+        return waits > 0 and waits == self._live_ops
 
     def next_wake(self) -> float | None:
         """The earliest time a parked wait (or the run's execution timeout) must wake up."""

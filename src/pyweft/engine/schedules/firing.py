@@ -97,6 +97,11 @@ class Firing:
             await asyncio.gather(self._task, return_exceptions=True)
 
     @property
+    def busy(self) -> bool:
+        """A pass is under way (or due to start)."""
+        return self._task is not None and not self._task.done()
+
+    @property
     def next_wakeup(self) -> float | None:
         """When the armed timer fires (``None``: not armed)."""
         return self._armed_at if self.running else None
