@@ -23,6 +23,7 @@ from pyweft.testing.faults import (
     ScheduledFault,
 )
 from pyweft.testing.mocks import MockActivity, MockCall
+from pyweft.testing.replay import ReplayResult, export_history, replay
 
 if TYPE_CHECKING:
     from pyweft.testing.conformance import StorageConformance
@@ -31,6 +32,9 @@ __all__ = [
     "TestEnv",
     "MockActivity",
     "MockCall",
+    "ReplayResult",
+    "export_history",
+    "replay",
     "VirtualClock",
     # storage faults
     "FaultyStorage",

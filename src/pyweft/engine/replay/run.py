@@ -122,6 +122,9 @@ class RunServices:
     # What replay drift (NonDeterminismError, a version pin the code dropped) does:
     # "block" stores the run as blocked for fixed code; "fail_run" fails it.
     on_nondeterminism: str = "block"
+    # Called when a step is about to run for real (past the recorded journal); the replay
+    # checker (pyweft.testing.replay) stops the run there, so no new step runs.
+    on_live: Callable[[Run], None] | None = None
 
 
 Deferred = list[tuple[StepRecord, list[Op], list[Expect]]]
@@ -256,6 +259,11 @@ class Run:
 
     # --- step allocation and replay -------------------------------------------------
 
+    @property
+    def steps_taken(self) -> int:
+        """How many step numbers the workflow has taken so far (replayed or live)."""
+        return self._next_step
+
     def alloc_step(self) -> int:
         """The next step number: only the workflow's own task may take one."""
         task = asyncio.current_task()
@@ -364,6 +372,8 @@ class Run:
 
     async def enter_live(self) -> None:
         """Called when a step starts running for real: cancellation and updates land here."""
+        if self.services.on_live is not None:
+            self.services.on_live(self)
         if self.fatal is not None:
             raise RunEnding(self.fatal)
         self.check_alive()
