@@ -17,6 +17,7 @@ from pyweft.cli import (
     doctor,
     purge,
     render,
+    replay,
     reviews,
     schedules,
     set_codec,
@@ -52,6 +53,8 @@ app = typer.Typer(
 app.command("doctor")(doctor.doctor)
 app.command("demo")(demo.demo)
 workflows.app.command("purge")(purge.purge_runs)
+workflows.app.command("export")(replay.export_runs)
+app.command("replay")(replay.replay_histories)
 app.add_typer(workflows.app, name="workflows")
 app.add_typer(reviews.app, name="reviews")
 app.add_typer(schedules.app, name="schedules")
