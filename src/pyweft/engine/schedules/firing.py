@@ -2,7 +2,7 @@
 
 No schedule is polled. The loop arms a single clock timer at the earliest due
 entry in the store (re-armed whenever this engine changes a schedule), plus a
-refresh at the engine's ``poll_interval`` that reads only that first entry, so
+real-time refresh every ``poll_interval`` that reads only that first entry, so
 a schedule created or changed by another process is noticed (not on a memory
 store, which no other process can write).
 
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 from collections.abc import Callable
 
 from pyweft.clock import TimerHandle
@@ -60,6 +59,7 @@ class Firing:
         self._core = core
         self._signals = signals
         self._timer: TimerHandle | None = None
+        self._refresh: asyncio.TimerHandle | None = None
         self._armed_at: float | None = None
         self._task: asyncio.Task[None] | None = None
         self._again = False
@@ -79,6 +79,9 @@ class Firing:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._refresh is not None:
+            self._refresh.cancel()
+            self._refresh = None
         if self._task is not None:
             await asyncio.gather(self._task, return_exceptions=True)
 
@@ -116,7 +119,7 @@ class Firing:
                 return  # the engine is being torn down; nothing more is written here
             except Exception:
                 log.exception("schedule pass failed; retrying at the next refresh")
-                self._arm_at(self._core.clock.now() + self.recheck)
+                self._arm_at(self._core.clock.now() + self.recheck)  # retry, on the clock
             if not self._again or not self.running:
                 return
 
@@ -135,33 +138,38 @@ class Firing:
     async def _arm(self) -> None:
         if not self.running:
             return
-        now = self._core.clock.now()
         rows = await self._core.storage.scan(
             srec.DUE_PREFIX, end=prefix_end(srec.DUE_PREFIX), limit=1 + len(self._foreign)
         )
-        # A memory store is written by engines in this process only, which kick the loop
-        # themselves: no refresh (and a virtual clock can skip straight to the next fire).
-        shared = self._core.storage.capabilities.persistence != "ephemeral"
-        when = now + self.recheck if shared else math.inf
+        when = None
         for key, _ in rows:
             due, schedule_id = srec.due_of(key)
             if schedule_id not in self._foreign:
-                when = min(when, due)
+                when = due
                 break
-        if math.isinf(when):
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer, self._armed_at = None, None
-            return
         self._arm_at(when)
 
-    def _arm_at(self, when: float) -> None:
+    def _arm_at(self, when: float | None) -> None:
+        """The clock timer at ``when`` (the next due schedule), and the refresh.
+
+        The refresh notices schedules changed by another process. Like the engine's
+        other store polling it runs on real time (``poll_interval``), not the engine
+        clock: a virtual clock holds a timer only when a schedule is due. A memory
+        store is written by this process only, whose changes kick the loop: no refresh.
+        """
         if not self.running:
             return
         if self._timer is not None:
             self._timer.cancel()
+            self._timer = None
+        if self._refresh is not None:
+            self._refresh.cancel()
+            self._refresh = None
         self._armed_at = when
-        self._timer = self._core.clock.call_at(when, self.kick)
+        if when is not None:
+            self._timer = self._core.clock.call_at(when, self.kick)
+        if self._core.storage.capabilities.persistence != "ephemeral":
+            self._refresh = asyncio.get_running_loop().call_later(self.recheck, self.kick)
 
     # --- one schedule ---------------------------------------------------------------
 
