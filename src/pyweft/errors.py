@@ -451,6 +451,14 @@ class CorruptRecordError(PyweftError):
         self.workflow_id = workflow_id
 
 
+class StateConflictError(PyweftError):
+    """A ``ctx.state`` write lost the compare-and-swap race too many times in a row."""
+
+    def __init__(self, message: str, *, name: str) -> None:
+        super().__init__(message)
+        self.name = name
+
+
 class HistoryLimitError(PyweftError):
     """A run recorded more steps than its history limit allows; it ends ``failed``."""
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pyweft import (
@@ -132,3 +134,17 @@ async def test_bad_schedule_options_raise_typed_errors_and_store_nothing() -> No
         with pytest.raises(ScheduleAlreadyExistsError):
             await engine.create_schedule("ok", tick, every="2m")
         assert (await engine.schedules.get("ok")).every_s == 60
+
+
+def test_the_sync_facade_manages_schedules_and_reads_state(tmp_path: Path) -> None:
+    import pyweft.sync
+
+    with pyweft.sync.Engine(f"sqlite:///{tmp_path / 's.db'}", workflows=[tick]) as engine:
+        made = engine.create_schedule("sync", tick, "x", every="1h")
+        assert made.id == "sync" and engine.schedules.get("sync").every_s == 3600
+        assert engine.schedules.pause("sync").status == "paused"
+        assert [s.id for s in engine.schedules.list()] == ["sync"]
+        engine.state.set("k", [1, 2], workflow_type="tick")
+        assert engine.get_state("k", workflow_type="tick") == [1, 2]
+        engine.schedules.delete("sync")
+        assert engine.schedules.list() == []

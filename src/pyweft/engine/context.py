@@ -31,6 +31,7 @@ from pyweft.engine.messages.updates import UpdateRequestHandle
 from pyweft.engine.replay import keys, operations
 from pyweft.engine.replay.info import RunInfo, to_datetime
 from pyweft.engine.replay.run import ContinueAsNew, Run
+from pyweft.engine.state.steps import StateHandle
 from pyweft.engine.steps import activities, attributes, recorded, timers
 from pyweft.errors import (
     ActivityNotRegisteredError,
@@ -399,6 +400,17 @@ class WorkflowContext:
     def saga(self) -> Saga:
         """A compensation scope: ``async with ctx.saga() as saga: ...``."""
         return Saga(self)
+
+    # --- shared state -------------------------------------------------------------------
+
+    def state(
+        self, name: str, *, scope: Literal["run", "workflow"] = "run", initial: Any = None
+    ) -> StateHandle[Any]:
+        """A durable value shared with other runs: ``scope="run"`` (this run, its parent
+        and children: owned by the top-most parent) or ``"workflow"`` (every run of this
+        workflow type). ``get``, ``set``, ``update(fn)`` and ``delete`` are steps; writes
+        are compare-and-swaps (see docs/guides/state.md)."""
+        return StateHandle(self._run, name, scope, initial)
 
     # --- recorded values ----------------------------------------------------------------
 

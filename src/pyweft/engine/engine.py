@@ -69,6 +69,7 @@ from pyweft.engine.replay.stats import EngineStats
 from pyweft.engine.schedules import declared
 from pyweft.engine.schedules.records import ScheduleInfo
 from pyweft.engine.schedules.service import Schedules
+from pyweft.engine.state.admin import StateAdmin
 from pyweft.engine.visibility import query
 from pyweft.engine.visibility.reader import Group, History
 from pyweft.errors import (
@@ -336,6 +337,9 @@ class Engine:
         self.schedules = Schedules(self._core, self._signal_sender)
         """Schedules on this store: ``get``, ``list``, ``update``, ``pause``, ``resume``,
         ``delete``, ``trigger``, ``backfill``, ``preview`` (docs/guides/schedules.md)."""
+        self.state = StateAdmin(self._core)
+        """Durable shared state (``ctx.state``) seen from outside: ``get``, ``list``,
+        ``set``, ``delete``."""
         self.schema_version: int | None = None
         """The store's schema version, known once the engine is open."""
         self.store_was_new = False
@@ -723,6 +727,20 @@ class Engine:
         return self._signals
 
     # --- starting runs ------------------------------------------------------------------
+
+    async def get_state(
+        self,
+        name: str,
+        *,
+        workflow_id: str | None = None,
+        workflow_type: str | None = None,
+        default: Any = None,
+    ) -> Any:
+        """A durable shared value (``ctx.state``) of a run family (``workflow_id``: the
+        top-most parent) or of a workflow type; ``default`` when never written."""
+        return await self.state.get(
+            name, workflow_id=workflow_id, workflow_type=workflow_type, default=default
+        )
 
     async def create_schedule(
         self, schedule_id: str, wf: Callable[..., Any] | str, *args: Any, **options: Any

@@ -32,10 +32,12 @@ from pyweft.engine.ownership.lease import LeaseHealth
 from pyweft.engine.replay.info import Page, WorkflowInfo
 from pyweft.engine.replay.residency import DEFAULT_MAX_CACHED_RUNS
 from pyweft.engine.replay.stats import EngineStats
+from pyweft.engine.schedules.records import ScheduleInfo
 from pyweft.engine.visibility.reader import Group, History
 from pyweft.errors import EngineClosedError
 from pyweft.storage.base import Storage
 from pyweft.sync import process
+from pyweft.sync.blocking import Blocking
 from pyweft.sync.events import EventIterator
 from pyweft.sync.handle import WorkflowHandle
 from pyweft.sync.loop import LoopThread, closed_error
@@ -142,6 +144,10 @@ class Engine:
             raise
         self._loop.owner = self
         process.track(self)
+        self.schedules: Any = Blocking(self._engine.schedules, self._run)
+        """``engine.schedules`` with blocking calls (``get``, ``pause``, ``backfill``...)."""
+        self.state: Any = Blocking(self._engine.state, self._run)
+        """``engine.state`` with blocking calls (``get``, ``list``, ``set``, ``delete``)."""
 
     def __repr__(self) -> str:
         return f"pyweft.sync.Engine(storage={self._engine.storage!r}, state={self._state!r})"
@@ -403,6 +409,30 @@ class Engine:
     def is_running_here(self, workflow_id: str) -> bool:
         return self._loop.call(self._engine.is_running_here, workflow_id)
 
+    def quiescent(self) -> bool:
+        return self._loop.call(self._engine.quiescent)
+
+    def create_schedule(
+        self, schedule_id: str, wf: Callable[..., Any] | str, *args: Any, **options: Any
+    ) -> ScheduleInfo:
+        return self._run(self._engine.create_schedule, schedule_id, wf, *args, **options)
+
+    def get_state(
+        self,
+        name: str,
+        *,
+        workflow_id: str | None = None,
+        workflow_type: str | None = None,
+        default: Any = None,
+    ) -> Any:
+        return self._run(
+            self._engine.get_state,
+            name,
+            workflow_id=workflow_id,
+            workflow_type=workflow_type,
+            default=default,
+        )
+
     # --- messages ---------------------------------------------------------------------
 
     def signal(
@@ -523,6 +553,7 @@ class Engine:
         updated_before: datetime | float | None = None,
         attributes: Mapping[str, Any] | None = None,
         tags: Sequence[str] | None = None,
+        schedule_id: str | None = None,
         limit: int = 100,
         cursor: str | None = None,
     ) -> Page[WorkflowInfo]:
@@ -538,6 +569,7 @@ class Engine:
             updated_before=updated_before,
             attributes=attributes,
             tags=tags,
+            schedule_id=schedule_id,
             limit=limit,
             cursor=cursor,
         )

@@ -103,6 +103,7 @@ async def purge_run(core: EngineCore, workflow_id: str) -> bool:
         f"upk:{keys.enc(workflow_id)}:",
         keys.query_prefix(workflow_id),
         keys.query_responses_prefix(workflow_id),
+        keys.state_prefix(workflow_id),
     ):
         doomed += [k for k, _ in await storage.scan(scan_prefix)]
     doomed.append(keys.signal_seq(workflow_id))

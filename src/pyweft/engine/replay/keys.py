@@ -141,6 +141,11 @@ def belongs_to_run(key: str, base: str) -> bool:
     return key == base or key.startswith(base + ":")
 
 
+def state_prefix(workflow_id: str) -> str:
+    """Durable shared state owned by a run (``ctx.state``, scope ``"run"``)."""
+    return f"st:r:{enc(workflow_id)}:"
+
+
 def journal_prefix(workflow_id: str) -> str:
     return wf(workflow_id) + ":j:"
 

@@ -33,6 +33,7 @@ _KEY_ONLY = (
     "meta:",
     "sched:",
     "sched-due:",
+    "st:",
 )
 
 
