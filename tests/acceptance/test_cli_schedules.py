@@ -149,3 +149,21 @@ async def _age(db: str, seconds: float) -> None:
         )
     finally:
         await storage.close()
+
+
+def test_state_commands_show_shared_state(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'app.db'}"
+    asyncio.run(_put_state(db))
+    listed = cli("state", "list", "--type", "report", "--db", db, "--json", cwd=tmp_path)
+    assert json.loads(listed.stdout)["values"] == {"budget": {"left": 3}}
+    one = cli("state", "get", "budget", "--type", "report", "--db", db, cwd=tmp_path)
+    assert one.returncode == 0 and "left" in one.stdout
+    missing = cli("state", "get", "nope", "--workflow", "w-1", "--db", db, "--json", cwd=tmp_path)
+    assert json.loads(missing.stdout)["value"] is None
+    both = cli("state", "list", "--db", db, cwd=tmp_path)
+    assert both.returncode == 2 and "exactly one" in both.stderr
+
+
+async def _put_state(db: str) -> None:
+    async with Engine(db) as engine:
+        await engine.state.set("budget", {"left": 3}, workflow_type="report")

@@ -21,6 +21,7 @@ from pyweft.cli import (
     reviews,
     schedules,
     set_codec,
+    state,
     versions,
     workflows,
 )
@@ -58,6 +59,7 @@ app.command("replay")(replay.replay_histories)
 app.add_typer(workflows.app, name="workflows")
 app.add_typer(reviews.app, name="reviews")
 app.add_typer(schedules.app, name="schedules")
+app.add_typer(state.app, name="state")
 app.add_typer(versions.app, name="versions")
 
 
