@@ -87,7 +87,9 @@ async def test_an_hourly_wildcard_fires_in_both_copies_of_the_repeated_hour() ->
     assert len(set(fired)) == 4 and all(b - a == 3600 for a, b in itertools.pairwise(fired))
 
 
-async def test_catch_up_after_downtime_runs_the_latest_and_records_the_missed_window() -> None:
+async def test_catch_up_after_downtime_runs_the_latest_and_records_the_missed_window(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     store = MemoryStorage()
     clock = VirtualClock(at("2026-01-01T00:00:00"))
     async with Engine(store, workflows=[job], clock=clock) as engine:
@@ -104,6 +106,10 @@ async def test_catch_up_after_downtime_runs_the_latest_and_records_the_missed_wi
     assert info.last_missed.start.timestamp() == at("2026-01-01T00:02:00")
     assert info.last_missed.end.timestamp() == at("2026-01-01T00:05:00")
     assert info.next_fire is not None and info.next_fire.timestamp() == at("2026-01-01T00:07:00")
+    assert any(
+        "missed 4 occurrence(s) from 2026-01-01T00:02:00Z to 2026-01-01T00:05:00Z" in r.message
+        for r in caplog.records
+    )
 
 
 async def test_catch_up_all_runs_every_missed_occurrence_within_the_window() -> None:

@@ -199,6 +199,18 @@ class Firing:
             landed = await self.apply(record, raw, change)
             if not landed:
                 continue  # another engine changed it first: look again
+            if change.record.missed > record.missed:
+                new = change.record
+                log.warning(
+                    "schedule %r missed %d occurrence(s) from %s to %s while no engine ran "
+                    "(catchup=%r); see engine.schedules.get(%r).last_missed",
+                    schedule_id,
+                    new.last_missed_count,
+                    planner.stamp(new.last_missed_start),
+                    planner.stamp(new.last_missed_end),
+                    new.catchup,
+                    schedule_id,
+                )
             if change.done:
                 return
         log.warning(

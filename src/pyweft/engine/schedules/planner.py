@@ -38,11 +38,17 @@ def jitter_of(schedule_id: str, nominal: float, jitter: float) -> float:
     return int.from_bytes(digest[:8], "big") / 2**64 * jitter
 
 
+def stamp(t: float | None) -> str:
+    """A nominal time as it appears in run ids: ``2026-03-29T00:30:00Z``."""
+    if t is None:
+        return "-"
+    return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def run_id(schedule_id: str, nominal: float) -> str:
     """The id of the run an occurrence starts: derived, so that engines racing to fire
     the same occurrence all try to create the same run, and only one can."""
-    stamp = datetime.fromtimestamp(nominal, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return f"{schedule_id}@{stamp}"
+    return f"{schedule_id}@{stamp(nominal)}"
 
 
 def first_nominal(record: ScheduleRecord, after: float) -> float | None:
