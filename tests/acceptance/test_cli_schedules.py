@@ -160,6 +160,9 @@ def test_state_commands_show_shared_state(tmp_path: Path) -> None:
     assert one.returncode == 0 and "left" in one.stdout
     missing = cli("state", "get", "nope", "--workflow", "w-1", "--db", db, "--json", cwd=tmp_path)
     assert json.loads(missing.stdout)["value"] is None
+    lock = cli("state", "lock", "printer", "--db", db, "--json", cwd=tmp_path)
+    assert json.loads(lock.stdout) == {"name": "printer", "permits": 0, "holders": [],
+                                       "waiters": []}  # fmt: skip
     both = cli("state", "list", "--db", db, cwd=tmp_path)
     assert both.returncode == 2 and "exactly one" in both.stderr
 

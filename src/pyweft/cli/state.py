@@ -80,3 +80,25 @@ def get_state(
         render.print_json({"name": name, "owner": owner, "value": value})
     else:
         render.console().print(escape(render.value_text(value)), soft_wrap=True)
+
+
+@app.command("lock")
+def show_lock(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The lock's name (ctx.lock).")],
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """A durable lock: its permits, holders and waiters (FIFO) with their lease expiry."""
+
+    async def action(engine: Engine) -> dict[str, Any]:
+        return await engine.inspect_lock(name)
+
+    found: dict[str, Any] = run(_read(db, action))
+    if as_json:
+        render.print_json(found)
+        return
+    out = render.console()
+    out.print(f"lock {escape(name)}: {found['permits']} permit(s)")
+    for role in ("holders", "waiters"):
+        for n, entry in enumerate(found[role], 1):
+            out.print(f"  {role[:-1]} {n}: {escape(entry['workflow_id'])}")

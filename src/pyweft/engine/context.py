@@ -31,6 +31,7 @@ from pyweft.engine.messages.updates import UpdateRequestHandle
 from pyweft.engine.replay import keys, operations
 from pyweft.engine.replay.info import RunInfo, to_datetime
 from pyweft.engine.replay.run import ContinueAsNew, Run
+from pyweft.engine.state.locks import Lock
 from pyweft.engine.state.steps import StateHandle
 from pyweft.engine.steps import activities, attributes, recorded, timers
 from pyweft.errors import (
@@ -411,6 +412,13 @@ class WorkflowContext:
         workflow type). ``get``, ``set``, ``update(fn)`` and ``delete`` are steps; writes
         are compare-and-swaps (see docs/guides/state.md)."""
         return StateHandle(self._run, name, scope, initial)
+
+    def lock(self, name: str, *, permits: int = 1, lease: Duration = "5m") -> Lock:
+        """A durable lock (``permits=1``) or semaphore shared by every run on the store:
+        ``async with ctx.lock("supplier-42"):``. FIFO without barging; released when the
+        block exits; a holder whose engine died loses it when ``lease`` runs out (the
+        engine renews it while the run lives). See docs/guides/state.md."""
+        return Lock(self._run, name, permits, lease)
 
     # --- recorded values ----------------------------------------------------------------
 

@@ -70,6 +70,7 @@ from pyweft.engine.schedules import declared
 from pyweft.engine.schedules.records import ScheduleInfo
 from pyweft.engine.schedules.service import Schedules
 from pyweft.engine.state.admin import StateAdmin
+from pyweft.engine.state.locks import inspect_lock
 from pyweft.engine.visibility import query
 from pyweft.engine.visibility.reader import Group, History
 from pyweft.errors import (
@@ -741,6 +742,12 @@ class Engine:
         return await self.state.get(
             name, workflow_id=workflow_id, workflow_type=workflow_type, default=default
         )
+
+    async def inspect_lock(self, name: str) -> dict[str, Any]:
+        """A durable lock (``ctx.lock``) as stored: ``permits``, live ``holders`` and
+        ``waiters`` (FIFO), each with ``workflow_id`` and ``expires_at``."""
+        self._core.services_or_raise()
+        return await inspect_lock(self._core.storage, name, self.clock.now())
 
     async def create_schedule(
         self, schedule_id: str, wf: Callable[..., Any] | str, *args: Any, **options: Any

@@ -409,6 +409,9 @@ class Engine:
     def is_running_here(self, workflow_id: str) -> bool:
         return self._loop.call(self._engine.is_running_here, workflow_id)
 
+    def inspect_lock(self, name: str) -> dict[str, Any]:
+        return self._run(self._engine.inspect_lock, name)
+
     def quiescent(self) -> bool:
         return self._loop.call(self._engine.quiescent)
 

@@ -34,6 +34,7 @@ _KEY_ONLY = (
     "sched:",
     "sched-due:",
     "st:",
+    "lk:",
 )
 
 
