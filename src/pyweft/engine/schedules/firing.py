@@ -195,6 +195,11 @@ class Firing:
             live = await self._live(record.running)
             change = planner.step(record, core.clock.now(), live, self.recheck)
             if change.start is None and change.record == record:
+                if record.due_at is not None and record.due_at <= core.clock.now():
+                    # Nothing to do yet due: never expected; set it aside rather than
+                    # spin on it (doctor lists it as late).
+                    log.error("schedule %r is due but has nothing to fire; skipped", schedule_id)
+                    self._foreign.add(schedule_id)
                 return
             landed = await self.apply(record, raw, change)
             if not landed:
