@@ -162,3 +162,17 @@ async def test_restart_keeps_runs_and_mocks_and_never_reruns_completed_steps() -
         assert charged.call_count == 1 and notified.call_count == 1
         assert notified.calls[0].args == ("ada",)
     assert real_calls == []
+
+
+@workflow
+async def fans_out(ctx: WorkflowContext) -> str:
+    await ctx.all(ctx.sleep("1 day"), ctx.sleep("2 days"))
+    await ctx.race(ctx.sleep("3 days"), ctx.wait_for_signal("never"))
+    return "ok"
+
+
+async def test_auto_advance_skips_time_through_all_and_race() -> None:
+    async with TestEnv(workflows=[fans_out], auto_advance=True) as env:
+        start = env.now()
+        assert await env.result(await env.start(fans_out)) == "ok"
+        assert (env.now() - start).days == 5

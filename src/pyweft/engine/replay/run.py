@@ -226,7 +226,7 @@ class Run:
         self.signal_arrivals: dict[str, int] = {}
         self._next_step = 0
         self._live_ops = 0
-        self.child_waits = 0  # live operations waiting for a child run to end
+        self.child_waits = 0  # live operations waiting for a child run or race branches
         self.timer_waits = 0  # wait_until futures not resolved yet (retry backoff...)
         self._open_pendings: set[int] = set(pendings)
         self._lock = asyncio.Lock()
