@@ -12,7 +12,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
-from typing import Any, Literal, NoReturn, TypeVar, TypeVarTuple, overload
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar, TypeVarTuple, overload
 
 from pyweft.definitions import (
     ActivityDefinition,
@@ -31,14 +31,16 @@ from pyweft.engine.messages.updates import UpdateRequestHandle
 from pyweft.engine.replay import keys, operations
 from pyweft.engine.replay.info import RunInfo, to_datetime
 from pyweft.engine.replay.run import ContinueAsNew, Run
-from pyweft.engine.state.locks import Lock
-from pyweft.engine.state.steps import StateHandle
 from pyweft.engine.steps import activities, attributes, recorded, timers
 from pyweft.errors import (
     ActivityNotRegisteredError,
     DefinitionError,
     InvalidArgumentError,
 )
+
+if TYPE_CHECKING:
+    from pyweft.engine.state.locks import Lock
+    from pyweft.engine.state.steps import StateHandle
 
 T = TypeVar("T")
 # ``ctx.run(fn, *args)`` and ``ctx.start_child(wf, *args)`` check ``args`` against the
@@ -411,6 +413,8 @@ class WorkflowContext:
         and children: owned by the top-most parent) or ``"workflow"`` (every run of this
         workflow type). ``get``, ``set``, ``update(fn)`` and ``delete`` are steps; writes
         are compare-and-swaps (see docs/guides/state.md)."""
+        from pyweft.engine.state.steps import StateHandle
+
         return StateHandle(self._run, name, scope, initial)
 
     def lock(self, name: str, *, permits: int = 1, lease: Duration = "5m") -> Lock:
@@ -418,6 +422,8 @@ class WorkflowContext:
         ``async with ctx.lock("supplier-42"):``. FIFO without barging; released when the
         block exits; a holder whose engine died loses it when ``lease`` runs out (the
         engine renews it while the run lives). See docs/guides/state.md."""
+        from pyweft.engine.state.locks import Lock
+
         return Lock(self._run, name, permits, lease)
 
     # --- recorded values ----------------------------------------------------------------

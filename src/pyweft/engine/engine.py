@@ -66,11 +66,6 @@ from pyweft.engine.replay.redrive import Redriver
 from pyweft.engine.replay.residency import DEFAULT_MAX_CACHED_RUNS
 from pyweft.engine.replay.run import RunServices
 from pyweft.engine.replay.stats import EngineStats
-from pyweft.engine.schedules import declared
-from pyweft.engine.schedules.records import ScheduleInfo
-from pyweft.engine.schedules.service import Schedules
-from pyweft.engine.state.admin import StateAdmin
-from pyweft.engine.state.locks import inspect_lock
 from pyweft.engine.visibility import query
 from pyweft.engine.visibility.reader import Group, History
 from pyweft.errors import (
@@ -89,6 +84,9 @@ from pyweft.storage.sqlite import SQLiteStorage
 
 if TYPE_CHECKING:
     from pyweft.engine.context import WorkflowContext
+    from pyweft.engine.schedules.records import ScheduleInfo
+    from pyweft.engine.schedules.service import Schedules
+    from pyweft.engine.state.admin import StateAdmin
 
 log = logging.getLogger("pyweft.engine")
 
@@ -335,12 +333,10 @@ class Engine:
         self._signals: SignalSender | None = None
         self._updates: UpdateClient | None = None
         self._reviews: ReviewDesk | None = None
-        self.schedules = Schedules(self._core, self._signal_sender)
-        """Schedules on this store: ``get``, ``list``, ``update``, ``pause``, ``resume``,
-        ``delete``, ``trigger``, ``backfill``, ``preview`` (docs/guides/schedules.md)."""
-        self.state = StateAdmin(self._core)
-        """Durable shared state (``ctx.state``) seen from outside: ``get``, ``list``,
-        ``set``, ``delete``."""
+        # Made on first use: an engine (or CLI client) that never touches schedules or
+        # shared state does not import them (process start-up time).
+        self._schedules: Schedules | None = None
+        self._state: StateAdmin | None = None
         self.schema_version: int | None = None
         """The store's schema version, known once the engine is open."""
         self.store_was_new = False
@@ -552,6 +548,8 @@ class Engine:
         if self.role == "engine":
             self._sweeper.start()
             if not getattr(core.storage, "read_only", False):
+                from pyweft.engine.schedules import declared
+
                 await declared.reconcile(self.schedules, core.workflows)
                 self.schedules.firing.start()
         if not getattr(core.storage, "read_only", False):
@@ -595,7 +593,8 @@ class Engine:
     async def _shutdown(self) -> None:
         core = self._core
         core.state = "closed"
-        await self.schedules.firing.stop()
+        if self._schedules is not None:
+            await self._schedules.firing.stop()
         await core.redriver.close()
         # Stop taking runs over first, so no reclaim launches a run after the others stop.
         if self._claim_timer is not None:
@@ -723,6 +722,26 @@ class Engine:
         """The store lease as this engine sees it (``no-lease`` unless ``ownership="lease"``)."""
         return self._lease.health() if self._lease is not None else LeaseHealth(state="no-lease")
 
+    @property
+    def schedules(self) -> Schedules:
+        """Schedules on this store: ``get``, ``list``, ``update``, ``pause``, ``resume``,
+        ``delete``, ``trigger``, ``backfill``, ``preview`` (docs/guides/schedules.md)."""
+        if self._schedules is None:
+            from pyweft.engine.schedules.service import Schedules
+
+            self._schedules = Schedules(self._core, self._signal_sender)
+        return self._schedules
+
+    @property
+    def state(self) -> StateAdmin:
+        """Durable shared state (``ctx.state``) seen from outside: ``get``, ``list``,
+        ``set``, ``delete`` (docs/guides/state.md)."""
+        if self._state is None:
+            from pyweft.engine.state.admin import StateAdmin
+
+            self._state = StateAdmin(self._core)
+        return self._state
+
     def _signal_sender(self) -> SignalSender:
         assert self._signals is not None, "the engine is not open"
         return self._signals
@@ -747,6 +766,8 @@ class Engine:
         """A durable lock (``ctx.lock``) as stored: ``permits``, live ``holders`` and
         ``waiters`` (FIFO), each with ``workflow_id`` and ``expires_at``."""
         self._core.services_or_raise()
+        from pyweft.engine.state.locks import inspect_lock
+
         return await inspect_lock(self._core.storage, name, self.clock.now())
 
     async def create_schedule(
@@ -902,7 +923,7 @@ class Engine:
         return (
             not core.loading
             and not core.adopting
-            and not self.schedules.firing.busy
+            and not (self._schedules is not None and self._schedules.firing.busy)
             and all(run.waiting for run in core.runs.values())
         )
 

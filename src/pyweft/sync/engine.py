@@ -32,7 +32,6 @@ from pyweft.engine.ownership.lease import LeaseHealth
 from pyweft.engine.replay.info import Page, WorkflowInfo
 from pyweft.engine.replay.residency import DEFAULT_MAX_CACHED_RUNS
 from pyweft.engine.replay.stats import EngineStats
-from pyweft.engine.schedules.records import ScheduleInfo
 from pyweft.engine.visibility.reader import Group, History
 from pyweft.errors import EngineClosedError
 from pyweft.storage.base import Storage
@@ -44,6 +43,7 @@ from pyweft.sync.loop import LoopThread, closed_error
 
 if TYPE_CHECKING:
     from pyweft.engine.context import WorkflowContext
+    from pyweft.engine.schedules.records import ScheduleInfo
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -144,10 +144,6 @@ class Engine:
             raise
         self._loop.owner = self
         process.track(self)
-        self.schedules: Any = Blocking(self._engine.schedules, self._run)
-        """``engine.schedules`` with blocking calls (``get``, ``pause``, ``backfill``...)."""
-        self.state: Any = Blocking(self._engine.state, self._run)
-        """``engine.state`` with blocking calls (``get``, ``list``, ``set``, ``delete``)."""
 
     def __repr__(self) -> str:
         return f"pyweft.sync.Engine(storage={self._engine.storage!r}, state={self._state!r})"
@@ -411,6 +407,16 @@ class Engine:
 
     def inspect_lock(self, name: str) -> dict[str, Any]:
         return self._run(self._engine.inspect_lock, name)
+
+    @property
+    def schedules(self) -> Any:
+        """``engine.schedules`` with blocking calls (``get``, ``pause``, ``backfill``...)."""
+        return Blocking(self._loop.call(lambda: self._engine.schedules), self._run)
+
+    @property
+    def state(self) -> Any:
+        """``engine.state`` with blocking calls (``get``, ``list``, ``set``, ``delete``)."""
+        return Blocking(self._loop.call(lambda: self._engine.state), self._run)
 
     def quiescent(self) -> bool:
         return self._loop.call(self._engine.quiescent)
