@@ -21,12 +21,13 @@ from pyweft.engine.messages.updates import UpdateRequestHandle
 from pyweft.engine.ownership import StoreOwnership
 from pyweft.engine.ownership.lease import LeaseHealth
 from pyweft.engine.replay.events import WorkflowEvent
-from pyweft.engine.replay.info import Page, RunInfo, StepInfo, WorkflowInfo
+from pyweft.engine.replay.info import Page, RunInfo, ScheduleOrigin, StepInfo, WorkflowInfo
 from pyweft.engine.replay.records import ErrorInfo
 from pyweft.engine.replay.stats import EngineStats
 from pyweft.engine.steps.activity_context import ActivityContext, activity_context
 from pyweft.engine.steps.async_completion import PendingActivity
 from pyweft.engine.steps.reconcile import VerifyResult
+from pyweft.engine.schedules.records import MissedWindow, ScheduleInfo
 from pyweft.engine.visibility.reader import Group, History, HistoryEvent
 from pyweft.errors import (
     ActivityCancelledError,
@@ -46,6 +47,7 @@ from pyweft.errors import (
     IdempotencyKeySpentError,
     InvalidArgumentError,
     InvalidDurationError,
+    InvalidScheduleError,
     LeaseAcquisitionTimeoutError,
     LeaseCorruptedError,
     LeaseLostWarning,
@@ -63,8 +65,11 @@ from pyweft.errors import (
     ReviewNotFoundError,
     ReviewTimeoutError,
     RunTornDown,
+    ScheduleAlreadyExistsError,
+    ScheduleNotFoundError,
     SchemaVersionError,
     SecondInstanceWarning,
+    StateConflictError,
     StorageCapabilityError,
     StorageClosedError,
     StorageError,
@@ -123,6 +128,9 @@ __all__ = [
     "StepInfo",
     "WorkflowInfo",
     "RunInfo",
+    "ScheduleInfo",
+    "ScheduleOrigin",
+    "MissedWindow",
     # plumbing you may swap
     "Clock",
     "DefaultPayloadCodec",
@@ -182,6 +190,10 @@ __all__ = [
     "UpdateTimeoutError",
     "VersionMismatchError",
     "WaitTimeoutError",
+    "InvalidScheduleError",
+    "ScheduleAlreadyExistsError",
+    "ScheduleNotFoundError",
+    "StateConflictError",
     "WorkflowAlreadyExistsError",
     "WorkflowCancelledError",
     "WorkflowFailedError",

@@ -22,7 +22,12 @@ from typing import Any, TypeVar, cast, overload
 
 from pyweft.codec import call_types
 from pyweft.durations import parse_duration, parse_optional_duration
-from pyweft.errors import DefinitionError, InvalidArgumentError, InvalidDurationError
+from pyweft.errors import (
+    DefinitionError,
+    InvalidArgumentError,
+    InvalidDurationError,
+    InvalidScheduleError,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 # A workflow is an ``async def``: a type checker flags ``@workflow`` on a plain ``def``
@@ -177,6 +182,8 @@ class WorkflowDefinition:
     retention: dict[str, float] | None = None  # seconds per terminal status
     signature: inspect.Signature | None = None
     max_history_steps: int | None = None  # None: the engine's limit
+    schedule: str | None = None  # a cron expression: the engine keeps a schedule for it
+    timezone: str = "UTC"  # the zone ``schedule`` is read in
 
     def check_arguments(self, args: tuple[Any, ...]) -> None:
         """Refuse ``args`` that the workflow function could not be called with.
@@ -384,6 +391,8 @@ def workflow(
     activities: Iterable[Callable[..., Any]] = (),
     retention: Mapping[str, Duration] | None = None,
     max_history_steps: int | None = None,
+    schedule: str | None = None,
+    timezone: str = "UTC",
 ) -> Callable[[WF], WF]: ...
 def workflow(
     fn: WF | None = None,
@@ -394,6 +403,8 @@ def workflow(
     activities: Iterable[Callable[..., Any]] = (),
     retention: Mapping[str, Duration] | None = None,
     max_history_steps: int | None = None,
+    schedule: str | None = None,
+    timezone: str = "UTC",
 ) -> WF | Callable[[WF], WF]:
     """Declare a workflow: ``async def wf(ctx, *args)`` whose durable steps survive crashes.
 
@@ -402,8 +413,12 @@ def workflow(
     e.g. ``{"completed": "7d"}``) overrides the engine's retention for this
     workflow's runs. ``max_history_steps`` overrides the engine's limit on steps per run
     (a loop that never ends fails with ``HistoryLimitError`` past it).
+    ``schedule`` (a cron expression read in ``timezone``) runs the workflow, with no
+    arguments, at every occurrence: an engine registering it keeps a schedule whose id
+    is the workflow's name, created, updated or removed to match the code when it opens.
     """
     own = tuple(activities)
+    cron, zone = _check_schedule(schedule, timezone)
     if max_history_steps is not None and (
         type(max_history_steps) is not int or max_history_steps < 1
     ):
@@ -458,6 +473,8 @@ def workflow(
             retention=kept,
             signature=_signature(f),
             max_history_steps=max_history_steps,
+            schedule=cron,
+            timezone=zone,
         )
         setattr(f, _WORKFLOW_ATTR, definition)
         return f
@@ -466,6 +483,16 @@ def workflow(
 
 
 RETENTION_STATUSES = ("completed", "failed", "cancelled", "timed_out")
+
+
+def _check_schedule(schedule: object, timezone: object) -> tuple[str | None, str]:
+    from pyweft.engine.schedules.spec import check_cron, check_timezone
+
+    try:
+        zone = check_timezone(timezone)
+        return (None if schedule is None else check_cron(schedule)), zone
+    except InvalidScheduleError as exc:
+        raise DefinitionError(f"@workflow schedule: {exc}") from exc
 
 
 def _signature(f: Callable[..., Any]) -> inspect.Signature:

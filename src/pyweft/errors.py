@@ -78,6 +78,26 @@ class WorkflowNotFoundError(PyweftError, LookupError):
         self.workflow_id = workflow_id
 
 
+class InvalidScheduleError(InvalidArgumentError):
+    """A schedule's cron expression, interval, time zone or option is invalid."""
+
+
+class ScheduleNotFoundError(PyweftError, LookupError):
+    """No schedule with this id exists in the store."""
+
+    def __init__(self, message: str, *, schedule_id: str) -> None:
+        super().__init__(message)
+        self.schedule_id = schedule_id
+
+
+class ScheduleAlreadyExistsError(PyweftError):
+    """``create_schedule`` with an id that is taken."""
+
+    def __init__(self, message: str, *, schedule_id: str) -> None:
+        super().__init__(message)
+        self.schedule_id = schedule_id
+
+
 class WorkflowAlreadyExistsError(PyweftError):
     """``start`` with an id (or idempotency key) that already maps to a run."""
 
@@ -502,6 +522,14 @@ class CorruptRecordError(PyweftError):
         super().__init__(message)
         self.key = key
         self.workflow_id = workflow_id
+
+
+class StateConflictError(PyweftError):
+    """A ``ctx.state`` write lost the compare-and-swap race too many times in a row."""
+
+    def __init__(self, message: str, *, name: str) -> None:
+        super().__init__(message)
+        self.name = name
 
 
 class HistoryLimitError(PyweftError):

@@ -13,7 +13,17 @@ from pathlib import Path
 import pyweft
 
 SRC = Path(pyweft.__file__).resolve().parent.parent
-ENGINE_PARTS = ("replay", "steps", "messages", "composition", "control", "visibility", "ownership")
+ENGINE_PARTS = (
+    "replay",
+    "steps",
+    "messages",
+    "composition",
+    "control",
+    "visibility",
+    "ownership",
+    "schedules",
+    "state",
+)
 
 
 def _modules(src: Path, package: str) -> dict[str, Path]:

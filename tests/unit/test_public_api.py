@@ -20,6 +20,8 @@ EXPECTED = {
     "LeaseLostWarning", "SecondInstanceWarning", "RunTornDown",
     "ActivityContext", "activity_context", "PendingActivity",
     "VerifyResult",
+    "LeaseLostWarning", "SecondInstanceWarning", "RunTornDown", "ScheduleInfo", "ScheduleOrigin",
+    "MissedWindow",
 }  # fmt: skip
 
 

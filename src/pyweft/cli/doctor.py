@@ -32,6 +32,7 @@ from pyweft.storage import default_storage_url
 _PAGE = 1000
 PROGRESS_FROM = 20_000  # keys: smaller stores are checked before a bar would be seen
 _SHOWN_UNRECOGNISED = 10
+LATE_AFTER_S = 60.0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -62,6 +63,10 @@ class Report:
     damaged: list[dict[str, str | None]] = field(default_factory=list)  # key, workflow_id, problem
     quarantined: list[str] = field(default_factory=list)  # run ids set aside by an engine
     unrecognised_keys: list[str] = field(default_factory=list)
+    schedules: int = 0
+    # Active schedules due more than LATE_AFTER_S ago: no engine that registers their
+    # workflow is firing them (id, workflow_type, next_fire, late_by_s).
+    late_schedules: list[dict[str, object]] = field(default_factory=list)
 
 
 def durability_of(storage: Storage) -> str:
@@ -85,6 +90,9 @@ async def examine(url: str, progress: ProgressHook | None = None) -> Report:
             counts[str(group.key)] = group.count
         ownership = await engine.store_ownership()
         check = await engine.visibility.check_records(progress=progress)
+        schedules = await engine.schedules.list()
+        late = await engine.schedules.late(LATE_AFTER_S)
+        now = engine.clock.now()
     return dataclasses.replace(
         _report(url, engine, counts, ownership),
         records_checked=check.checked,
@@ -94,6 +102,16 @@ async def examine(url: str, progress: ProgressHook | None = None) -> Report:
         ],
         quarantined=check.quarantined,
         unrecognised_keys=check.unrecognised,
+        schedules=len(schedules),
+        late_schedules=[
+            {
+                "id": s.id,
+                "workflow_type": s.workflow_type,
+                "next_fire": None if s.next_fire is None else s.next_fire.isoformat(),
+                "late_by_s": None if s.next_fire is None else now - s.next_fire.timestamp(),
+            }
+            for s in late
+        ],
     )
 
 
@@ -178,6 +196,19 @@ def _print(report: Report) -> None:
         )
     if report.ownership_mode == "workflow-lease":
         grid.add_row("claims", f"{report.live_claims} live run claim(s)")
+    if report.late_schedules:
+        names = ", ".join(
+            f"{escape(str(s['id']))} ({escape(str(s['workflow_type']))})"
+            for s in report.late_schedules
+        )
+        grid.add_row(
+            "schedules",
+            f"{report.schedules}, [yellow]{len(report.late_schedules)} late[/] (due over "
+            f"{LATE_AFTER_S:g}s ago; is an engine that registers their workflow running?): "
+            f"{names}",
+        )
+    elif report.schedules:
+        grid.add_row("schedules", f"[green]{report.schedules}, none late[/]")
     if report.damaged:
         grid.add_row(
             "records",

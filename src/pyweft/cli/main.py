@@ -1,5 +1,5 @@
-"""The ``pyweft`` typer app: ``version``, ``doctor``, ``demo``, ``workflows``, ``reviews`` and
-``versions``."""
+"""The ``pyweft`` typer app: ``version``, ``doctor``, ``demo``, ``workflows``, ``reviews``,
+``schedules`` and ``versions``."""
 
 from __future__ import annotations
 
@@ -18,8 +18,11 @@ from pyweft.cli import (
     doctor,
     purge,
     render,
+    replay,
     reviews,
+    schedules,
     set_codec,
+    state,
     versions,
     workflows,
 )
@@ -52,9 +55,13 @@ app = typer.Typer(
 app.command("doctor")(doctor.doctor)
 app.command("demo")(demo.demo)
 workflows.app.command("purge")(purge.purge_runs)
+workflows.app.command("export")(replay.export_runs)
+app.command("replay")(replay.replay_histories)
 app.add_typer(workflows.app, name="workflows")
 app.add_typer(reviews.app, name="reviews")
 app.add_typer(activities.app, name="activities")
+app.add_typer(schedules.app, name="schedules")
+app.add_typer(state.app, name="state")
 app.add_typer(versions.app, name="versions")
 
 

@@ -12,7 +12,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
-from typing import Any, Literal, NoReturn, TypeVar, TypeVarTuple, overload
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar, TypeVarTuple, overload
 
 from pyweft.definitions import (
     ActivityDefinition,
@@ -37,6 +37,10 @@ from pyweft.errors import (
     DefinitionError,
     InvalidArgumentError,
 )
+
+if TYPE_CHECKING:
+    from pyweft.engine.state.locks import Lock
+    from pyweft.engine.state.steps import StateHandle
 
 T = TypeVar("T")
 # ``ctx.run(fn, *args)`` and ``ctx.start_child(wf, *args)`` check ``args`` against the
@@ -92,6 +96,8 @@ class WorkflowContext:
             idempotency_key=state.idempotency_key,
             forked_from=state.forked_from,
             forked_at_step=state.forked_at_step,
+            schedule_id=state.schedule_id,
+            nominal_time=None if state.nominal_time is None else to_datetime(state.nominal_time),
         )
 
     @property
@@ -409,6 +415,28 @@ class WorkflowContext:
     def saga(self) -> Saga:
         """A compensation scope: ``async with ctx.saga() as saga: ...``."""
         return Saga(self)
+
+    # --- shared state -------------------------------------------------------------------
+
+    def state(
+        self, name: str, *, scope: Literal["run", "workflow"] = "run", initial: Any = None
+    ) -> StateHandle[Any]:
+        """A durable value shared with other runs: ``scope="run"`` (this run, its parent
+        and children: owned by the top-most parent) or ``"workflow"`` (every run of this
+        workflow type). ``get``, ``set``, ``update(fn)`` and ``delete`` are steps; writes
+        are compare-and-swaps (see docs/guides/state.md)."""
+        from pyweft.engine.state.steps import StateHandle
+
+        return StateHandle(self._run, name, scope, initial)
+
+    def lock(self, name: str, *, permits: int = 1, lease: Duration = "5m") -> Lock:
+        """A durable lock (``permits=1``) or semaphore shared by every run on the store:
+        ``async with ctx.lock("supplier-42"):``. FIFO without barging; released when the
+        block exits; a holder whose engine died loses it when ``lease`` runs out (the
+        engine renews it while the run lives). See docs/guides/state.md."""
+        from pyweft.engine.state.locks import Lock
+
+        return Lock(self._run, name, permits, lease)
 
     # --- recorded values ----------------------------------------------------------------
 

@@ -87,6 +87,9 @@ from pyweft.storage.sqlite import SQLiteStorage
 
 if TYPE_CHECKING:
     from pyweft.engine.context import WorkflowContext
+    from pyweft.engine.schedules.records import ScheduleInfo
+    from pyweft.engine.schedules.service import Schedules
+    from pyweft.engine.state.admin import StateAdmin
 
 log = logging.getLogger("pyweft.engine")
 
@@ -333,6 +336,10 @@ class Engine:
         self._signals: SignalSender | None = None
         self._updates: UpdateClient | None = None
         self._reviews: ReviewDesk | None = None
+        # Made on first use: an engine (or CLI client) that never touches schedules or
+        # shared state does not import them (process start-up time).
+        self._schedules: Schedules | None = None
+        self._state: StateAdmin | None = None
         self.schema_version: int | None = None
         """The store's schema version, known once the engine is open."""
         self.store_was_new = False
@@ -543,6 +550,11 @@ class Engine:
             raise
         if self.role == "engine":
             self._sweeper.start()
+            if not getattr(core.storage, "read_only", False):
+                from pyweft.engine.schedules import declared
+
+                await declared.reconcile(self.schedules, core.workflows)
+                self.schedules.firing.start()
         if not getattr(core.storage, "read_only", False):
             await self._wakeups.start()  # it tidies wake markers: nothing to do read-only
         if core.claims is not None:
@@ -584,6 +596,8 @@ class Engine:
     async def _shutdown(self) -> None:
         core = self._core
         core.state = "closed"
+        if self._schedules is not None:
+            await self._schedules.firing.stop()
         await core.redriver.close()
         # Stop taking runs over first, so no reclaim launches a run after the others stop.
         if self._claim_timer is not None:
@@ -711,7 +725,60 @@ class Engine:
         """The store lease as this engine sees it (``no-lease`` unless ``ownership="lease"``)."""
         return self._lease.health() if self._lease is not None else LeaseHealth(state="no-lease")
 
+    @property
+    def schedules(self) -> Schedules:
+        """Schedules on this store: ``get``, ``list``, ``update``, ``pause``, ``resume``,
+        ``delete``, ``trigger``, ``backfill``, ``preview`` (docs/guides/schedules.md)."""
+        if self._schedules is None:
+            from pyweft.engine.schedules.service import Schedules
+
+            self._schedules = Schedules(self._core, self._signal_sender)
+        return self._schedules
+
+    @property
+    def state(self) -> StateAdmin:
+        """Durable shared state (``ctx.state``) seen from outside: ``get``, ``list``,
+        ``set``, ``delete`` (docs/guides/state.md)."""
+        if self._state is None:
+            from pyweft.engine.state.admin import StateAdmin
+
+            self._state = StateAdmin(self._core)
+        return self._state
+
+    def _signal_sender(self) -> SignalSender:
+        assert self._signals is not None, "the engine is not open"
+        return self._signals
+
     # --- starting runs ------------------------------------------------------------------
+
+    async def get_state(
+        self,
+        name: str,
+        *,
+        workflow_id: str | None = None,
+        workflow_type: str | None = None,
+        default: Any = None,
+    ) -> Any:
+        """A durable shared value (``ctx.state``) of a run family (``workflow_id``: the
+        top-most parent) or of a workflow type; ``default`` when never written."""
+        return await self.state.get(
+            name, workflow_id=workflow_id, workflow_type=workflow_type, default=default
+        )
+
+    async def inspect_lock(self, name: str) -> dict[str, Any]:
+        """A durable lock (``ctx.lock``) as stored: ``permits``, live ``holders`` and
+        ``waiters`` (FIFO), each with ``workflow_id`` and ``expires_at``."""
+        self._core.services_or_raise()
+        from pyweft.engine.state.locks import inspect_lock
+
+        return await inspect_lock(self._core.storage, name, self.clock.now())
+
+    async def create_schedule(
+        self, schedule_id: str, wf: Callable[..., Any] | str, *args: Any, **options: Any
+    ) -> ScheduleInfo:
+        """Store a schedule that starts ``wf(*args)`` at every occurrence of ``cron=``
+        (in ``timezone=``) or ``every=``; see :meth:`Schedules.create` for the options."""
+        return await self.schedules.create(schedule_id, wf, *args, **options)
 
     @overload
     async def start(
@@ -850,6 +917,18 @@ class Engine:
         code can run them. Pending (delayed) runs get their start timers.
         """
         return await commands.recover_all(self._core)
+
+    def quiescent(self) -> bool:
+        """True when nothing here moves until time passes or a message arrives: every run
+        this engine drives is parked in a wait, none is loading, no schedule is firing.
+        The test kit skips virtual time only then (``pyweft.testing.TestEnv``)."""
+        core = self._core
+        return (
+            not core.loading
+            and not core.adopting
+            and not (self._schedules is not None and self._schedules.firing.busy)
+            and all(run.waiting for run in core.runs.values())
+        )
 
     def is_running_here(self, workflow_id: str) -> bool:
         """True when this engine is currently driving the run (in memory, or evicted from
@@ -1065,6 +1144,7 @@ class Engine:
         updated_before: datetime | float | None = None,
         attributes: Mapping[str, Any] | None = None,
         tags: Sequence[str] | None = None,
+        schedule_id: str | None = None,
         limit: int = 100,
         cursor: str | None = None,
     ) -> Page[WorkflowInfo]:
@@ -1087,6 +1167,7 @@ class Engine:
             updated_before=updated_before,
             attributes=attributes,
             tags=tags,
+            schedule_id=schedule_id,
         )
         return await self._core.visibility.list(flt, limit=limit, cursor=cursor)
 
@@ -1160,4 +1241,5 @@ _FILTER_NAMES = {
     "updated_before",
     "attributes",
     "tags",
+    "schedule_id",
 }

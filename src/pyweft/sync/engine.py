@@ -37,12 +37,14 @@ from pyweft.engine.visibility.reader import Group, History
 from pyweft.errors import EngineClosedError
 from pyweft.storage.base import Storage
 from pyweft.sync import process
+from pyweft.sync.blocking import Blocking
 from pyweft.sync.events import EventIterator
 from pyweft.sync.handle import WorkflowHandle
 from pyweft.sync.loop import LoopThread, closed_error
 
 if TYPE_CHECKING:
     from pyweft.engine.context import WorkflowContext
+    from pyweft.engine.schedules.records import ScheduleInfo
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -404,6 +406,43 @@ class Engine:
     def is_running_here(self, workflow_id: str) -> bool:
         return self._loop.call(self._engine.is_running_here, workflow_id)
 
+    def inspect_lock(self, name: str) -> dict[str, Any]:
+        return self._run(self._engine.inspect_lock, name)
+
+    @property
+    def schedules(self) -> Any:
+        """``engine.schedules`` with blocking calls (``get``, ``pause``, ``backfill``...)."""
+        return Blocking(self._loop.call(lambda: self._engine.schedules), self._run)
+
+    @property
+    def state(self) -> Any:
+        """``engine.state`` with blocking calls (``get``, ``list``, ``set``, ``delete``)."""
+        return Blocking(self._loop.call(lambda: self._engine.state), self._run)
+
+    def quiescent(self) -> bool:
+        return self._loop.call(self._engine.quiescent)
+
+    def create_schedule(
+        self, schedule_id: str, wf: Callable[..., Any] | str, *args: Any, **options: Any
+    ) -> ScheduleInfo:
+        return self._run(self._engine.create_schedule, schedule_id, wf, *args, **options)
+
+    def get_state(
+        self,
+        name: str,
+        *,
+        workflow_id: str | None = None,
+        workflow_type: str | None = None,
+        default: Any = None,
+    ) -> Any:
+        return self._run(
+            self._engine.get_state,
+            name,
+            workflow_id=workflow_id,
+            workflow_type=workflow_type,
+            default=default,
+        )
+
     # --- messages ---------------------------------------------------------------------
 
     def complete_activity(self, token: str, result: Any = None) -> None:
@@ -542,6 +581,7 @@ class Engine:
         updated_before: datetime | float | None = None,
         attributes: Mapping[str, Any] | None = None,
         tags: Sequence[str] | None = None,
+        schedule_id: str | None = None,
         limit: int = 100,
         cursor: str | None = None,
     ) -> Page[WorkflowInfo]:
@@ -557,6 +597,7 @@ class Engine:
             updated_before=updated_before,
             attributes=attributes,
             tags=tags,
+            schedule_id=schedule_id,
             limit=limit,
             cursor=cursor,
         )

@@ -1,5 +1,8 @@
 """Helpers for testing code built on pyweft, and for testing pyweft adapters.
 
+``TestEnv`` runs the real engine on a virtual clock with time skipping, activity
+mocks and restarts (docs/guides/testing.md).
+
 ``FaultyStorage`` wraps a store and injects faults (failed reads and writes,
 lost replies, delays, held writes) so code can be tested against a store that
 misbehaves. ``StorageConformance`` needs pytest and is imported on first use, so the rest
@@ -11,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pyweft.clock import VirtualClock
+from pyweft.testing.env import TestEnv
 from pyweft.testing.faults import (
     FaultCounts,
     FaultyStorage,
@@ -18,11 +22,19 @@ from pyweft.testing.faults import (
     PausedWrite,
     ScheduledFault,
 )
+from pyweft.testing.mocks import MockActivity, MockCall
+from pyweft.testing.replay import ReplayResult, export_history, replay
 
 if TYPE_CHECKING:
     from pyweft.testing.conformance import StorageConformance
 
 __all__ = [
+    "TestEnv",
+    "MockActivity",
+    "MockCall",
+    "ReplayResult",
+    "export_history",
+    "replay",
     "VirtualClock",
     # storage faults
     "FaultyStorage",

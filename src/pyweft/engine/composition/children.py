@@ -106,12 +106,15 @@ async def child_step(
             )
         )
         return cid
+    run.child_waits += 1
     try:
         state = await run.live(host.wait_terminal(cid))
     except asyncio.CancelledError:
         if not run.stopping:  # lost a race, or the parent was cancelled: the child goes too
             await asyncio.shield(host.cancel_child(cid))
         raise
+    finally:
+        run.child_waits -= 1
     if state.status == "completed":
         done = StepRecord(
             step=step,

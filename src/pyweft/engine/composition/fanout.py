@@ -99,6 +99,7 @@ async def race(run: Run, step: int, branches: Sequence[Awaitable[Any]]) -> tuple
         task = loop.create_task(_coroutine(branch), context=context)
         task.add_done_callback(functools.partial(_mark, finished, i))
         tasks.append(task)
+    run.child_waits += 1  # waiting only for the branches (each counted on its own)
     try:
         await run.live(asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED))
     except BaseException:
@@ -106,6 +107,8 @@ async def race(run: Run, step: int, branches: Sequence[Awaitable[Any]]) -> tuple
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
+    finally:
+        run.child_waits -= 1
     winner = finished[0]
     for i, task in enumerate(tasks):
         if i != winner:

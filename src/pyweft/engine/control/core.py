@@ -675,7 +675,9 @@ def create_ops(state: WorkflowState, raw: bytes) -> tuple[list[Op], list[Expect]
     """The writes that create a run, and the condition that it does not exist yet."""
     ops: list[Op] = [Put(key=keys.wf(state.id), value=raw)]
     index = keys.index_keys(state.id, state.type, state.status, state.created_at)
-    index += keys.extra_index_keys(state.id, state.created_at, state.parent_id, state.tags)
+    index += keys.extra_index_keys(
+        state.id, state.created_at, state.parent_id, state.tags, state.schedule_id
+    )
     index.append(keys.updated_index(state.id, state.updated_at))
     ops += [Put(key=k, value=b"") for k in index]
     return ops, [Expect(key=keys.wf(state.id), value=None)]

@@ -63,8 +63,18 @@ async def create(
     start_at: datetime | float | None = None,
     tags: Sequence[str] = (),
     first_signal: tuple[str, object, str | None] | None = None,
+    encoded_args: bytes | None = None,
+    schedule: tuple[str, float] | None = None,
+    extra: tuple[list[Op], list[Expect]] | None = None,
 ) -> tuple[str, bool]:
-    """Build and commit a run's create batch. Returns ``(workflow id, created)``."""
+    """Build and commit a run's create batch. Returns ``(workflow id, created)``.
+
+    For schedules: ``encoded_args`` are arguments already checked and encoded when
+    the schedule was stored, ``schedule`` is ``(schedule id, nominal time)`` kept
+    as the run's provenance, and ``extra`` writes and conditions (the schedule's
+    own state) join the create batch, so a run and its schedule's advance land
+    together or not at all (``created`` is False when any condition failed).
+    """
     services = core.services_or_raise()
     definition = core.definition(wf)
     if on_conflict not in ("fail", "use_existing"):
@@ -87,8 +97,11 @@ async def create(
             raise InvalidArgumentError(
                 f"tag {tag[:20]!r}... has {len(tag)} characters; the limit is {MAX_TAG_CHARS}"
             )
-    definition.check_arguments(args)
-    payload = encode_args(core.codec, args)
+    if encoded_args is None:
+        definition.check_arguments(args)
+        payload = encode_args(core.codec, args)
+    else:
+        payload = encoded_args
     if len(payload) > core.max_payload_bytes:
         raise payload_size_error(
             len(payload), core.max_payload_bytes, what=f"arguments of {definition.name!r}"
@@ -109,9 +122,14 @@ async def create(
         start_at=begin if status == "pending" else None,
         deadline=None if timeout_s is None else max(now, begin or now) + timeout_s,
         tags=tag_list,
+        schedule_id=None if schedule is None else schedule[0],
+        nominal_time=None if schedule is None else schedule[1],
     )
     raw = records.encode(state)
     ops, conditions = create_ops(state, raw)
+    if extra is not None:
+        ops += extra[0]
+        conditions += extra[1]
     if idempotency_key is not None:
         idem = keys.idempotency(idempotency_key)
         ops.append(Put(key=idem, value=workflow_id.encode()))

@@ -88,7 +88,9 @@ async def purge_run(core: EngineCore, workflow_id: str) -> bool:
     )
     doomed = [k for k, _ in rows]
     doomed += keys.index_keys(state.id, state.type, state.status, state.created_at)
-    doomed += keys.extra_index_keys(state.id, state.created_at, state.parent_id, state.tags)
+    doomed += keys.extra_index_keys(
+        state.id, state.created_at, state.parent_id, state.tags, state.schedule_id
+    )
     doomed.append(keys.updated_index(state.id, state.updated_at))
     doomed.append(keys.end_index(state.status, state.ended_at or state.updated_at, state.id))
     for name, value in attrs.items():
@@ -101,6 +103,7 @@ async def purge_run(core: EngineCore, workflow_id: str) -> bool:
         f"upk:{keys.enc(workflow_id)}:",
         keys.query_prefix(workflow_id),
         keys.query_responses_prefix(workflow_id),
+        keys.state_prefix(workflow_id),
     ):
         doomed += [k for k, _ in await storage.scan(scan_prefix)]
     doomed.append(keys.signal_seq(workflow_id))

@@ -56,6 +56,16 @@ class RunInfo:
     idempotency_key: str | None
     forked_from: str | None
     forked_at_step: int | None
+    schedule_id: str | None = None  # the schedule that started this run, if any
+    nominal_time: datetime | None = None  # that occurrence's nominal time (before jitter)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ScheduleOrigin:
+    """Which schedule occurrence started a run (``WorkflowInfo.schedule``)."""
+
+    schedule_id: str
+    nominal_time: datetime
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -84,6 +94,7 @@ class WorkflowInfo:
     # Filled by describe(): step -> latest stored heartbeat details of each activity in
     # flight that heartbeated with details (the live "activity progress").
     heartbeats: dict[int, Any] | None = None
+    schedule: ScheduleOrigin | None = None  # set when a schedule occurrence started the run
 
     @property
     def is_terminal(self) -> bool:

@@ -145,6 +145,11 @@ def belongs_to_run(key: str, base: str) -> bool:
     return key == base or key.startswith(base + ":")
 
 
+def state_prefix(workflow_id: str) -> str:
+    """Durable shared state owned by a run (``ctx.state``, scope ``"run"``)."""
+    return f"st:r:{enc(workflow_id)}:"
+
+
 def journal_prefix(workflow_id: str) -> str:
     return wf(workflow_id) + ":j:"
 
@@ -267,13 +272,20 @@ def attributes(workflow_id: str) -> str:
 
 
 def extra_index_keys(
-    workflow_id: str, created_at: float, parent_id: str | None, tags: list[str]
+    workflow_id: str,
+    created_at: float,
+    parent_id: str | None,
+    tags: list[str],
+    schedule_id: str | None = None,
 ) -> list[str]:
-    """Index keys written once at creation (parent, tags, id) and removed on purge."""
+    """Index keys written once at creation (parent, tags, id, schedule) and removed on
+    purge."""
     i, c = enc(workflow_id), ts16(created_at)
     out = [f"ix:id:{i}:{c}"]
     if parent_id is not None:
         out.append(f"ix:p:{enc(parent_id)}:{c}:{i}")
+    if schedule_id is not None:
+        out.append(f"ix:sch:{enc(schedule_id)}:{c}:{i}")
     out += [f"ix:tag:{enc(tag)}:{c}:{i}" for tag in sorted(set(tags))]
     return out
 

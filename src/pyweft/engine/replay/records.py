@@ -72,6 +72,8 @@ class WorkflowState(msgspec.Struct, array_like=True):
     forked_at_step: int | None = None
     ended_at: float | None = None
     generation_started_at: float = 0.0  # when continue_as_new began this generation
+    schedule_id: str | None = None  # the schedule whose occurrence started this run
+    nominal_time: float | None = None  # that occurrence's nominal time (before jitter)
 
 
 class StepRecord(msgspec.Struct, array_like=True):

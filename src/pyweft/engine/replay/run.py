@@ -122,6 +122,9 @@ class RunServices:
     # What replay drift (NonDeterminismError, a version pin the code dropped) does:
     # "block" stores the run as blocked for fixed code; "fail_run" fails it.
     on_nondeterminism: str = "block"
+    # Called when a step is about to run for real (past the recorded journal); the replay
+    # checker (pyweft.testing.replay) stops the run there, so no new step runs.
+    on_live: Callable[[Run], None] | None = None
 
 
 Deferred = list[tuple[StepRecord, list[Op], list[Expect]]]
@@ -223,6 +226,8 @@ class Run:
         self.signal_arrivals: dict[str, int] = {}
         self._next_step = 0
         self._live_ops = 0
+        self.child_waits = 0  # live operations waiting for a child run or race branches
+        self.timer_waits = 0  # wait_until futures not resolved yet (retry backoff...)
         self._open_pendings: set[int] = set(pendings)
         self._lock = asyncio.Lock()
         self.update_lock = asyncio.Lock()
@@ -253,6 +258,11 @@ class Run:
             self.update_index[u.boundary] = u.index + 1
 
     # --- step allocation and replay -------------------------------------------------
+
+    @property
+    def steps_taken(self) -> int:
+        """How many step numbers the workflow has taken so far (replayed or live)."""
+        return self._next_step
 
     def alloc_step(self) -> int:
         """The next step number: only the workflow's own task may take one."""
@@ -362,6 +372,8 @@ class Run:
 
     async def enter_live(self) -> None:
         """Called when a step starts running for real: cancellation and updates land here."""
+        if self.services.on_live is not None:
+            self.services.on_live(self)
         if self.fatal is not None:
             raise RunEnding(self.fatal)
         self.check_alive()
@@ -431,7 +443,14 @@ class Run:
                 fut.set_result(None)
 
         handle = self.services.clock.call_at(deadline, fire)
-        fut.add_done_callback(lambda f: handle.cancel() if f.cancelled() else None)
+        self.timer_waits += 1
+
+        def done(f: asyncio.Future[None]) -> None:
+            self.timer_waits -= 1
+            if f.cancelled():
+                handle.cancel()
+
+        fut.add_done_callback(done)
         return fut
 
     def notify(self) -> None:
@@ -485,6 +504,13 @@ class Run:
         """True while every live operation of the run is a wait parked in changed()."""
         parked = len(self._parked) if self._parked else 0
         return parked > 0 and parked == self._live_ops
+
+    @property
+    def waiting(self) -> bool:
+        """True while every live operation is a parked wait, a timer or a wait for a child
+        run: the run moves only when time passes, a message comes or a child ends."""
+        waits = (len(self._parked) if self._parked else 0) + self.child_waits + self.timer_waits
+        return waits > 0 and waits == self._live_ops
 
     def next_wake(self) -> float | None:
         """The earliest time a parked wait (or the run's execution timeout) must wake up."""

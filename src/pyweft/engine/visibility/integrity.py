@@ -23,7 +23,20 @@ _STAMP = 16
 
 # Prefixes whose values hold nothing to decode (markers, opaque ids) or are checked
 # by their own subsystem (leases, claims, liveness).
-_KEY_ONLY = ("sigres:", "upx:", "rvw:", "wake:", "own:", "lease:", "liveness:", "meta:")
+_KEY_ONLY = (
+    "sigres:",
+    "upx:",
+    "rvw:",
+    "wake:",
+    "own:",
+    "lease:",
+    "liveness:",
+    "meta:",
+    "sched:",
+    "sched-due:",
+    "st:",
+    "lk:",
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -152,6 +165,7 @@ _INDEX_FORMS = {
     "a": (4, 2),
     "p": (5, 3),
     "tag": (5, 3),
+    "sch": (5, 3),
     "id": (4, 3),
     "u": (4, 2),
     "end": (5, 3),

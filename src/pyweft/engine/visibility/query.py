@@ -72,6 +72,7 @@ class RunFilter:
     updated_before: float | None = None
     attributes: tuple[AttrCondition, ...] = ()
     tags: tuple[str, ...] = ()
+    schedule_id: str | None = None
 
     def matches_position(self, position: str) -> bool:
         """What can be checked of a run from its index position alone (id and creation time).
@@ -99,6 +100,8 @@ class RunFilter:
             return False
         if any(tag not in state.tags for tag in self.tags):
             return False
+        if self.schedule_id is not None and state.schedule_id != self.schedule_id:
+            return False
         return all(c.matches(attrs.get(c.name)) for c in self.attributes)
 
 
@@ -124,6 +127,7 @@ def build_filter(
     updated_before: object = None,
     attributes: Mapping[str, object] | None = None,
     tags: Sequence[str] | None = None,
+    schedule_id: str | None = None,
 ) -> RunFilter:
     """Validate every filter argument; raise ``InvalidArgumentError`` before any read."""
     statuses: tuple[str, ...] = ()
@@ -138,6 +142,7 @@ def build_filter(
         ("workflow_type", workflow_type),
         ("id_prefix", id_prefix),
         ("parent_id", parent_id),
+        ("schedule_id", schedule_id),
     ):
         if value is not None and (not isinstance(value, str) or not value):
             raise InvalidArgumentError(f"{name} must be a non-empty string, got {value!r}")
@@ -159,6 +164,7 @@ def build_filter(
         updated_before=_time(updated_before, "updated_before"),
         attributes=tuple(conditions),
         tags=tag_list,
+        schedule_id=schedule_id,
     )
 
 
@@ -273,6 +279,8 @@ def _ordered_prefixes(flt: RunFilter) -> list[list[str]]:
     options: list[list[str]] = []
     if flt.parent_id is not None:
         options.append([f"ix:p:{keys.enc(flt.parent_id)}:"])
+    if flt.schedule_id is not None:
+        options.append([f"ix:sch:{keys.enc(flt.schedule_id)}:"])
     for cond in flt.attributes:
         if not cond.bounds:
             enc = attributes.encode_value(cond.equals)

@@ -12,7 +12,14 @@ from typing import Any
 from pyweft.codec import PayloadCodec
 from pyweft.definitions import WorkflowDefinition
 from pyweft.engine.replay import keys, quarantine, records
-from pyweft.engine.replay.info import FAR_PAST, Page, StepInfo, WorkflowInfo, to_datetime
+from pyweft.engine.replay.info import (
+    FAR_PAST,
+    Page,
+    ScheduleOrigin,
+    StepInfo,
+    WorkflowInfo,
+    to_datetime,
+)
 from pyweft.engine.replay.records import ALL_STATUSES, WorkflowState
 from pyweft.engine.replay.recovery import load_run
 from pyweft.engine.steps import attributes
@@ -192,6 +199,7 @@ class Visibility:
             attributes=attrs,
             forked_from=state.forked_from,
             forked_at_step=state.forked_at_step,
+            schedule=_origin(state),
         )
 
     async def describe(self, workflow_id: str) -> WorkflowInfo:
@@ -405,3 +413,11 @@ def _event_order(event: HistoryEvent) -> tuple[datetime, float]:
     if event.step is None:
         return event.at, float("inf")
     return event.at, event.step - (0.5 if event.kind == "update_applied" else 0.0)
+
+
+def _origin(state: WorkflowState) -> ScheduleOrigin | None:
+    if state.schedule_id is None or state.nominal_time is None:
+        return None
+    return ScheduleOrigin(
+        schedule_id=state.schedule_id, nominal_time=to_datetime(state.nominal_time)
+    )

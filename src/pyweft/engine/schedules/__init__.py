@@ -1,0 +1,1 @@
+"""Schedules: recurring runs from cron expressions or intervals (see docs/guides/schedules.md)."""
