@@ -24,10 +24,10 @@ from pyweft.engine.replay.events import WorkflowEvent
 from pyweft.engine.replay.info import Page, RunInfo, ScheduleOrigin, StepInfo, WorkflowInfo
 from pyweft.engine.replay.records import ErrorInfo
 from pyweft.engine.replay.stats import EngineStats
+from pyweft.engine.schedules.records import MissedWindow, ScheduleInfo
 from pyweft.engine.steps.activity_context import ActivityContext, activity_context
 from pyweft.engine.steps.async_completion import PendingActivity
 from pyweft.engine.steps.reconcile import VerifyResult
-from pyweft.engine.schedules.records import MissedWindow, ScheduleInfo
 from pyweft.engine.visibility.reader import Group, History, HistoryEvent
 from pyweft.errors import (
     ActivityCancelledError,

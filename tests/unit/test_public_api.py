@@ -20,7 +20,7 @@ EXPECTED = {
     "LeaseLostWarning", "SecondInstanceWarning", "RunTornDown",
     "ActivityContext", "activity_context", "PendingActivity",
     "VerifyResult",
-    "LeaseLostWarning", "SecondInstanceWarning", "RunTornDown", "ScheduleInfo", "ScheduleOrigin",
+    "ScheduleInfo", "ScheduleOrigin",
     "MissedWindow",
 }  # fmt: skip
 
