@@ -17,8 +17,10 @@
         ``finish`` update, which ends the run.
 
 ``python messages_worker.py send DB LEDGER LIFETIME KIND WORKFLOW_ID NAME KEY --coroutines C
---at T``
-    At wall-clock time ``T``, ``C`` coroutines each call ``engine.signal`` (KIND
+--go FILE``
+    Opens a client engine, writes ``START``, waits until ``FILE`` exists (the test
+    creates it once every sender has started, so all of them fire together however
+    slowly each process came up), then ``C`` coroutines each call ``engine.signal`` (KIND
     ``signal``, ``signal_id=KEY``) or ``engine.update`` (KIND ``update``,
     ``idempotency_key=KEY``, resent on ``UpdateTimeoutError``) with payload
     ``LIFETIME-i``; ``SEND`` before the call, ``ACK`` once it returned.
@@ -285,7 +287,6 @@ async def send(args: argparse.Namespace) -> int:
 
         async def one(i: int) -> None:
             payload = f"{args.lifetime}-{i}"
-            await asyncio.sleep(max(0.0, args.at - time.time()))
             ledger().note("SEND", args.workflow_id, payload, i)
             if args.kind == "signal":
                 await engine.signal(args.workflow_id, args.name, payload, signal_id=args.key)
@@ -308,9 +309,15 @@ async def send(args: argparse.Namespace) -> int:
             ledger().note("ACK", args.workflow_id, str(answer), i)
 
         _ledger.start()
+        await asyncio.to_thread(_wait_for_file, Path(args.go))
         await asyncio.gather(*(one(i) for i in range(args.coroutines)))
     _ledger.done()
     return 0
+
+
+def _wait_for_file(path: Path) -> None:
+    while not path.exists():
+        time.sleep(0.002)
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
@@ -326,7 +333,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     for name in ("db", "ledger", "lifetime", "kind", "workflow_id", "name", "key"):
         c.add_argument(name)
     c.add_argument("--coroutines", type=int, required=True)
-    c.add_argument("--at", type=float, required=True)
+    c.add_argument("--go", required=True)
     return parser.parse_args(argv)
 
 

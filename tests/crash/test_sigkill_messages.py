@@ -646,8 +646,8 @@ def _overlapping_senders(ledger: Path) -> int:
 def _run_senders(
     tmp: Path, db: Path | str, ledger: Path, kind: str, run: str, name: str, key: str
 ) -> list[kit.WorkerProcess]:
-    at = time.time() + 1.5  # every sender has imported pyweft and opened its engine by then
-    return [
+    go = tmp / f"go-{kind}"
+    senders = [
         kitm.launch_sender(
             tmp,
             db,
@@ -658,10 +658,14 @@ def _run_senders(
             name=name,
             key=key,
             coroutines=N_CORO,
-            at=at,
+            go=go,
         )
         for p in range(N_SENDER_PROCS)
     ]
+    for s in senders:  # all started (imports done, engine open): now they fire together
+        kit.wait_ready(s, ledger, timeout=60)
+    go.touch()
+    return senders
 
 
 async def test_twenty_concurrent_senders_of_one_signal_id_deliver_it_once(

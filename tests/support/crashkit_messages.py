@@ -88,11 +88,12 @@ def launch_sender(
     name: str,
     key: str,
     coroutines: int,
-    at: float,
+    go: Path,
 ) -> kit.WorkerProcess:
-    """Start ``messages_worker.py send``: ``coroutines`` concurrent calls, all fired at ``at``."""
+    """Start ``messages_worker.py send``: ``coroutines`` concurrent calls, all fired once
+    the file ``go`` exists."""
     args = ["send", str(db), str(ledger), lifetime, kind, workflow_id, name, key]
-    args += ["--coroutines", str(coroutines), "--at", f"{at:.6f}"]
+    args += ["--coroutines", str(coroutines), "--go", str(go)]
     return _spawn(tmp, ledger, lifetime, args)
 
 
