@@ -15,9 +15,11 @@ from pyweft.cli import (
     apps,
     demo,
     doctor,
+    keys,
     purge,
     render,
     reviews,
+    serve,
     set_codec,
     versions,
     workflows,
@@ -54,6 +56,8 @@ workflows.app.command("purge")(purge.purge_runs)
 app.add_typer(workflows.app, name="workflows")
 app.add_typer(reviews.app, name="reviews")
 app.add_typer(versions.app, name="versions")
+app.command("serve")(serve.serve)
+app.add_typer(keys.app, name="keys")
 
 
 def _print_version() -> None:
