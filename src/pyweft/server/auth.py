@@ -20,7 +20,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import HTTPConnection
@@ -85,7 +85,7 @@ class ServerAuth:
     api_keys: bool = True
     jwt: JwtConfig | None = None
     audit_sink: Callable[[AuditRecord], None] | None = None
-    _keys: ApiKeyStore | None = field(default=None, repr=False)
+    clock: Callable[[], float] = time.time  # wall clock for key expiry (tests inject one)
 
     def __post_init__(self) -> None:
         if not self.api_keys and self.jwt is None:
@@ -136,7 +136,7 @@ class Authenticator:
         if looks_like_key(token) or self._auth.jwt is None:
             if not self._auth.api_keys:
                 return ANONYMOUS, token, "API keys are not accepted by this server"
-            check = await self._keys.check(token)
+            check = await self._keys.check(token, now=self._auth.clock())
             if not check.ok or check.info is None:
                 return ANONYMOUS, token, check.reason
             info = check.info
