@@ -81,6 +81,10 @@ class EventJournal:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
+    def now(self) -> str:
+        """The cursor of the latest event: following from it gets everything after now."""
+        return self.cursor(self._seq)
+
     def cursor(self, seq: int) -> str:
         return f"{self.epoch}-{seq}"
 
@@ -96,6 +100,8 @@ class EventJournal:
         if epoch != self.epoch:
             return 0, True
         seq = int(seq_text)
+        if seq == 0:
+            return 0, False  # "everything still held" (a run's own feed starts here)
         if seq > self._seq:
             raise InvalidArgumentError(f"event cursor {cursor!r} is ahead of this server's feed")
         oldest = self._events[0][0] if self._events else self._seq + 1

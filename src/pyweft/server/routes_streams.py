@@ -1,10 +1,10 @@
 """Server-sent events and WebSocket watches over the event journal (see ``feeds``).
 
 SSE: ``GET /events/sse`` (every run; ``?workflow_id=``, ``?type=``, ``?kind=``
-repeatable) and ``GET /workflows/{id}/events/sse`` (one run; ends after its
-terminal event). Each event's ``id:`` is its cursor; a reconnecting client sends
-it back as ``Last-Event-ID`` (or ``?cursor=``). A ``: ping`` comment is sent every
-``ping_s`` seconds of silence. WebSocket: ``/events/ws`` and
+repeatable) and ``GET /workflows/{id}/events/sse`` (one run: starts with its events the
+journal still holds, ends after its terminal event). Each event's ``id:`` is its
+cursor; a reconnecting client sends it back as ``Last-Event-ID`` (or ``?cursor=``).
+A ``: ping`` comment is sent every ``ping_s`` seconds of silence. WebSocket: ``/events/ws`` and
 ``/workflows/{id}/watch`` send the same items as JSON text frames
 (``{"type": "event", "cursor", "event"}``, ``{"type": "gap"}``, ``{"type": "ping"}``)
 and take the cursor as ``?cursor=``.
@@ -56,6 +56,10 @@ async def _sse_response(call: Call, workflow_id: str | None) -> Response:
     cursor = call.request.headers.get("last-event-id") or call.query.get("cursor")
     journal = call.state.journal
     journal.parse_cursor(cursor)  # a bad cursor is a 400 now, not a broken stream later
+    # Pin "from now on" before answering, so nothing emitted after the client sees the
+    # response's first bytes can slip past the feed.
+    # A run's own feed first replays what the journal still holds for it.
+    cursor = cursor or (journal.cursor(0) if workflow_id is not None else journal.now())
     if workflow_id is not None:
         await call.engine.describe(workflow_id)  # 404 for an unknown run
     until = (lambda e: e.kind in TERMINAL) if workflow_id is not None else None
@@ -86,6 +90,8 @@ async def watch(websocket: WebSocket, state: Any, workflow_id: str | None) -> No
         flt = feed_filter(websocket.query_params, workflow_id)
         cursor = websocket.query_params.get("cursor")
         state.journal.parse_cursor(cursor)
+        if not cursor:
+            cursor = state.journal.cursor(0) if workflow_id is not None else state.journal.now()
     except PyweftError as exc:
         await websocket.close(code=1008, reason=str(exc)[:120])
         return
