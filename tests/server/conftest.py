@@ -40,11 +40,18 @@ async def waits_for_go(ctx: WorkflowContext) -> Any:
 
 
 @workflow
+async def collects_two(ctx: WorkflowContext) -> list[Any]:
+    first = await ctx.wait_for_signal("item")
+    second = await ctx.wait_for_signal("item")
+    return [first, second]
+
+
+@workflow
 async def fails(ctx: WorkflowContext) -> None:
     raise ValueError("no luck")
 
 
-WORKFLOWS = [add_three, waits_for_go, fails]
+WORKFLOWS = [add_three, waits_for_go, collects_two, fails]
 
 
 @pytest.fixture
