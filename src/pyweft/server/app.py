@@ -89,7 +89,12 @@ def _endpoint_route(ep: Endpoint, state: ServerState) -> Route:
         call = Call(
             request=request, engine=state.engine, principal=found[0], state=state, _body=body
         )
-        return await ep.handler(call)
+        try:
+            return await ep.handler(call)
+        except PyweftError:
+            raise
+        except Exception as exc:  # answered here: Starlette's last-resort handler re-raises
+            return await faults.on_unexpected(request, exc)
 
     return Route(API_PREFIX + ep.path, handle, methods=[ep.method], name=ep.handler.__name__)
 
