@@ -53,6 +53,7 @@ async def test_bad_input_is_400_and_stores_nothing(http: httpx.AsyncClient, engi
         {"type": "add_three", "bogus": 1},
         {"args": [1]},
         {"type": "add_three", "id": "x", "idempotency_key": "k"},
+        {"type": "add_three", "args": [1], "attributes": {"bad": {"nested": 1}}},
     ):
         resp = await http.post(f"{API}/workflows", json=body)
         assert resp.status_code == 400, body

@@ -42,6 +42,8 @@ async def start(call: Call) -> Response:
     tags = field_of(body, "tags", list, [])
     attributes = field_of(body, "attributes", dict, None)
     start_at = body.get("start_at")
+    if attributes:
+        call.engine.check_attributes(attributes)  # refused before the run exists
     handle = await call.engine.start(
         wf_type,
         *args,
