@@ -108,7 +108,19 @@ async def starts_per_second(url: str, total: int, clients: int) -> float:
         await asyncio.gather(*(c.aclose() for c in pool))
 
 
-async def main() -> None:
+async def measure(url: str, proc: subprocess.Popen[bytes], args: argparse.Namespace) -> None:
+    await wait_healthy(url, proc)
+    lat = await latency(url, args.latency_samples)
+    print(
+        f"start->result, 3-activity workflow, client+uvicorn+SQLite: "
+        f"p50 {statistics.median(lat):.2f} ms, p90 {pct(lat, 90):.2f} ms, "
+        f"p99 {pct(lat, 99):.2f} ms ({len(lat)} samples)"
+    )
+    rate = await starts_per_second(url, args.starts, args.clients)
+    print(f"starts over keep-alive from {args.clients} clients: {rate:,.0f} runs/s")
+
+
+def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--latency-samples", type=int, default=300)
     parser.add_argument("--starts", type=int, default=4000)
@@ -118,7 +130,6 @@ async def main() -> None:
         tmp = Path(d)
         (tmp / "benchapp.py").write_text(textwrap.dedent(APP).replace("{db}", str(tmp / "b.db")))
         port = free_port()
-        url = f"http://127.0.0.1:{port}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYWEFT_")}
         pyweft = str(Path(sys.executable).parent / "pyweft")
         proc = subprocess.Popen(
@@ -129,19 +140,11 @@ async def main() -> None:
             stderr=subprocess.DEVNULL,
         )
         try:
-            await wait_healthy(url, proc)
-            lat = await latency(url, args.latency_samples)
-            print(
-                f"start->result, 3-activity workflow, client+uvicorn+SQLite: "
-                f"p50 {statistics.median(lat):.2f} ms, p90 {pct(lat, 90):.2f} ms, "
-                f"p99 {pct(lat, 99):.2f} ms ({len(lat)} samples)"
-            )
-            rate = await starts_per_second(url, args.starts, args.clients)
-            print(f"starts over keep-alive from {args.clients} clients: {rate:,.0f} runs/s")
+            asyncio.run(measure(f"http://127.0.0.1:{port}", proc, args))
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(60)
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()
