@@ -54,6 +54,18 @@ engine = Engine("sqlite:///{db}", workflows=[three, waits])
 """
 
 
+BARE = """
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+async def ok(request):
+    return JSONResponse({"id": "x"}, status_code=201)
+
+app = Starlette(routes=[Route("/api/v1/workflows", ok, methods=["GET", "POST"])])
+"""
+
+
 def pct(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
@@ -120,6 +132,20 @@ async def measure(url: str, proc: subprocess.Popen[bytes], args: argparse.Namesp
     print(f"starts over keep-alive from {args.clients} clients: {rate:,.0f} runs/s")
 
 
+async def ceiling(url: str, proc: subprocess.Popen[bytes], total: int, clients: int) -> None:
+    """The same 32-client POST loop against a bare Starlette app on uvicorn: what the
+    machine, uvicorn and httpx allow today, before pyweft does any work."""
+    async with httpx.AsyncClient() as http:
+        for _ in range(600):
+            try:
+                await http.post(url + "/api/v1/workflows")
+                break
+            except httpx.HTTPError:
+                await asyncio.sleep(0.05)
+    rate = await starts_per_second(url, total, clients)
+    print(f"ceiling: bare Starlette POST on uvicorn, {clients} clients: {rate:,.0f} requests/s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--latency-samples", type=int, default=300)
@@ -144,6 +170,19 @@ def main() -> None:
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(60)
+        (tmp / "bareapp.py").write_text(textwrap.dedent(BARE))
+        port = free_port()
+        bare = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "bareapp:app", "--port", str(port)],
+            cwd=tmp,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            asyncio.run(ceiling(f"http://127.0.0.1:{port}", bare, args.starts, args.clients))
+        finally:
+            bare.send_signal(signal.SIGTERM)
+            bare.wait(60)
 
 
 if __name__ == "__main__":

@@ -85,3 +85,24 @@ async def test_start_with_an_id_is_retried_only_when_nothing_was_sent(
     transport.failures, transport.after_send = 1, True
     assert (await client.start("waits_for_go", idempotency_key="k")).id
     assert len((await engine.list()).items) == 3
+
+
+async def test_a_non_json_answer_is_a_server_error() -> None:
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    async def page(request: object) -> PlainTextResponse:
+        return PlainTextResponse("<html>bad gateway</html>", status_code=502)
+
+    async def text(request: object) -> PlainTextResponse:
+        return PlainTextResponse("hello")
+
+    proxy = Starlette(routes=[Route("/api/v1/workflows", page), Route("/api/v1/reviews", text)])
+    transport = httpx.ASGITransport(app=proxy)
+    async with Client("http://test", transport=transport) as client:
+        with pytest.raises(ServerError) as caught:
+            await client.list()
+        assert caught.value.status == 502
+        with pytest.raises(ServerError, match="not JSON"):
+            await client.list_reviews()

@@ -141,7 +141,16 @@ class Client:
                     ) from exc
                 await asyncio.sleep(self._backoff_s * 2**attempt)
                 attempt += 1
-        data = wire.loads(resp.content) if resp.content else None
+        try:
+            data = wire.loads(resp.content) if resp.content else None
+        except Exception:  # not JSON: a proxy's error page, or not a pyweft server
+            if resp.status_code >= 400:
+                raise rebuild(resp.status_code, None) from None
+            raise ServerError(
+                f"HTTP {resp.status_code} from {resp.url} is not JSON; is PYWEFT_ADDR a "
+                "pyweft server?",
+                status=resp.status_code,
+            ) from None
         if resp.status_code >= 400:
             raise rebuild(resp.status_code, data)
         return data
