@@ -60,6 +60,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 async def ok(request):
+    if request.method == "GET":
+        return JSONResponse({"items": [], "next_cursor": None})
     return JSONResponse({"id": "x"}, status_code=201)
 
 app = Starlette(routes=[Route("/api/v1/workflows", ok, methods=["GET", "POST"])])
