@@ -117,3 +117,24 @@ def test_non_loopback_bind_without_auth_is_refused(app_dir: Path) -> None:
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1
     assert "ConfigurationError" in err.decode() and "without authentication" in err.decode()
+
+
+def test_sigterm_ends_open_event_feeds_and_exits_cleanly(app_dir: Path) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    # A grace period far longer than the read timeout: only ending the feed lets it finish.
+    proc = spawn(app_dir, "--port", str(port), "--graceful-timeout", "600")
+    try:
+        wait_up(url, proc)
+        with httpx.stream("GET", f"{url}/api/v1/events/sse", timeout=120) as resp:
+            lines = resp.iter_lines()
+            assert next(lines) == ": connected"
+            proc.send_signal(signal.SIGTERM)
+            rest = list(lines)  # returns once the server ends the feed
+        assert all(line.startswith(":") or line == "" for line in rest)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err.decode()
+    assert "Application shutdown complete" in err.decode()

@@ -52,6 +52,10 @@ def serve(
         list[str] | None,
         typer.Option("--cors-origin", help="Allow browsers on this exact origin (repeatable)."),
     ] = None,
+    graceful_timeout: Annotated[
+        int,
+        typer.Option(help="On SIGTERM, seconds to let requests in flight finish."),
+    ] = 10,
     ssl_certfile: Annotated[str | None, typer.Option(help="TLS certificate (PEM).")] = None,
     ssl_keyfile: Annotated[str | None, typer.Option(help="TLS private key (PEM).")] = None,
 ) -> None:
@@ -75,6 +79,7 @@ def serve(
                 port=port,
                 auth=ServerAuth() if auth == "keys" else None,
                 allow_unauthenticated=allow_unauthenticated,
+                graceful_s=graceful_timeout,
                 cors=CorsConfig(allowed_origins=cors_origin) if cors_origin else None,
                 uvicorn_options=options,
             )

@@ -73,9 +73,14 @@ class EventJournal:
         self._changed.set()
         self._changed = asyncio.Event()
 
-    async def close(self) -> None:
+    def end_feeds(self) -> None:
+        """End every feed now (they return after what they are sending): the first step
+        of a graceful shutdown, so open streams do not hold the server up."""
         self._closed = True
         self._changed.set()
+
+    async def close(self) -> None:
+        self.end_feeds()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -74,7 +74,8 @@ async def serve(
             log_level="info",
             **(uvicorn_options or {}),
         )
-        await _Server(config).serve()
+        journal = app.state.pyweft.journal
+        await _Server(config, on_exit=journal.end_feeds).serve()
 
 
 def _server_class() -> Any:
@@ -83,10 +84,24 @@ def _server_class() -> Any:
     class Server(uvicorn.Server):
         """uvicorn re-raises a caught SIGTERM once it has drained, which would kill the
         process before the engine below it shuts down; here the signal only stops the
-        server, and ``serve`` returns so the engine closes and the process exits 0."""
+        server, and ``serve`` returns so the engine closes and the process exits 0. The
+        signal also ends the event feeds at once, so open streams do not hold up the
+        drain for the whole grace period."""
+
+        on_exit: Any = None
+        loop: Any = None
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            super().handle_exit(sig, frame)
+            if self.on_exit is not None and self.loop is not None:
+                with contextlib.suppress(RuntimeError):  # the loop already closed
+                    self.loop.call_soon_threadsafe(self.on_exit)
 
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:
+            import asyncio
+
+            self.loop = asyncio.get_running_loop()
             if threading.current_thread() is not threading.main_thread():
                 yield
                 return
@@ -102,8 +117,9 @@ def _server_class() -> Any:
 
 
 class _Server:
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: Any, on_exit: Any = None) -> None:
         self._server = _server_class()(config)
+        self._server.on_exit = on_exit
 
     async def serve(self) -> None:
         await self._server.serve()
