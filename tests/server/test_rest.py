@@ -190,3 +190,13 @@ async def test_openapi_document_lists_every_route(http: httpx.AsyncClient, path:
     assert doc["openapi"] == "3.1.0"
     for ep in ENDPOINTS:
         assert ep.method.lower() in doc["paths"][f"{API}{ep.path}"]
+
+
+async def test_metrics_count_requests_by_route_and_status(authed: httpx.AsyncClient) -> None:
+    await authed.get(f"{API}/health")
+    await authed.get(f"{API}/workflows")  # 401: no key
+    text = (await authed.get(f"{API}/metrics")).text
+    assert 'pyweft_http_requests_total{method="GET",route="/health",status="200"} 1.0' in text
+    assert 'pyweft_http_requests_total{method="GET",route="/workflows",status="401"} 1.0' in text
+    assert 'pyweft_http_auth_failures_total{status="401"} 1.0' in text
+    assert "pyweft_engine_runs_driven 0.0" in text

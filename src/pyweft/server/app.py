@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,7 @@ from pyweft.server.calls import JSON, Call, Endpoint, read_json
 from pyweft.server.cors import CorsConfig
 from pyweft.server.feeds import EventJournal
 from pyweft.server.keys import ApiKeyStore
+from pyweft.server.metrics import ServerMetrics
 
 log = logging.getLogger("pyweft.server")
 
@@ -64,6 +66,7 @@ class ServerState:
     max_body_bytes: int
     ping_s: float
     secret: bytes
+    metrics: ServerMetrics
 
 
 def _client_of(conn: Request | WebSocket) -> str:
@@ -72,6 +75,19 @@ def _client_of(conn: Request | WebSocket) -> str:
 
 def _endpoint_route(ep: Endpoint, state: ServerState) -> Route:
     async def handle(request: Request) -> Response:
+        started = time.perf_counter()
+        status = 500
+        try:
+            response = await answer(request)
+            status = response.status_code
+            return response
+        except PyweftError as exc:
+            status = faults.status_of(exc)
+            raise
+        finally:
+            state.metrics.observe(ep.path, ep.method, status, time.perf_counter() - started)
+
+    async def answer(request: Request) -> Response:
         found = await state.authenticator.principal(request)
         if not ep.public:
             principal = found[0]
@@ -155,6 +171,7 @@ def create_app(
         max_body_bytes=max_body_bytes,
         ping_s=ping_s,
         secret=secrets.token_bytes(32),
+        metrics=ServerMetrics(engine),
     )
     routes: list[BaseRoute] = [_endpoint_route(ep, state) for ep in _sorted(ENDPOINTS)]
     routes.append(_ws_route("/events/ws", state, per_run=False))
@@ -166,6 +183,11 @@ def create_app(
         return JSON(document(ENDPOINTS, API_PREFIX))
 
     routes.append(Route("/openapi.json", openapi, methods=["GET"]))
+
+    async def metrics(request: Request) -> Response:
+        return Response(state.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    routes.append(Route(API_PREFIX + "/metrics", metrics, methods=["GET"]))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
