@@ -227,3 +227,35 @@ async def test_jwt_bearer_tokens_carry_subject_and_scopes(
         assert resp.status_code == 401
     resp = await client.post(f"{API_PREFIX}/workflows", json={}, headers=bearer(token()))
     assert resp.status_code == 403
+
+
+async def test_cross_site_writes_are_refused_even_on_an_open_server(
+    http: httpx.AsyncClient, engine: Engine
+) -> None:
+    evil = {"Origin": "https://evil.example"}
+    await engine.start("waits_for_go", id="w")
+    resp = await http.post(f"{API_PREFIX}/workflows/w/cancel", headers=evil)
+    assert resp.status_code == 403
+    assert resp.json()["error"]["code"] == "PermissionDeniedError"
+    assert (await engine.describe("w")).cancel_requested is False
+    text_body = await http.post(
+        f"{API_PREFIX}/workflows",
+        content=b'{"type": "waits_for_go"}',
+        headers={"Content-Type": "text/plain"},
+    )
+    assert text_body.status_code == 400  # a browser's no-preflight form of a JSON body
+    same_site = await http.post(
+        f"{API_PREFIX}/workflows/w/cancel", headers={"Origin": "http://testserver"}
+    )
+    assert same_site.status_code == 200
+    assert (await http.get(f"{API_PREFIX}/workflows/w", headers=evil)).status_code == 200
+
+
+async def test_configured_origin_may_write(make_client: Callable[..., Any], engine: Engine) -> None:
+    client = await make_client(cors=CorsConfig(allowed_origins=["https://app.example"]))
+    await engine.start("waits_for_go", id="w")
+    resp = await client.post(
+        f"{API_PREFIX}/workflows/w/cancel", headers={"Origin": "https://app.example"}
+    )
+    assert resp.status_code == 200
+    assert resp.headers["access-control-allow-origin"] == "https://app.example"

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import pytest
 import websockets
 
 from pyweft import Engine
@@ -188,3 +189,39 @@ async def test_a_cursor_older_than_the_journal_gets_a_gap_notice_first(engine: E
         if item.kind == "ping":
             break
     assert [i.kind for i in items] == ["event", "event", "event", "ping"]  # nothing missed
+
+
+async def test_websocket_needs_events_read_and_a_same_site_origin(engine: Engine) -> None:
+    from websockets.exceptions import InvalidStatus
+
+    from pyweft.server import ServerAuth
+    from pyweft.server.keys import ApiKeyStore
+
+    keys = ApiKeyStore(engine.storage)
+    _, reader = await keys.create(subject="r", scopes=["events:read"])
+    _, other = await keys.create(subject="o", scopes=["workflows:read"])
+    async with live_server(engine, auth=ServerAuth()) as base:
+        url = base.replace("http", "ws") + f"{API}/events/ws"
+
+        async def refused(**kwargs: Any) -> int:
+            """The HTTP status of a refused upgrade (closing before accepting is a 403)."""
+            with pytest.raises(InvalidStatus) as caught:
+                async with websockets.connect(url, **kwargs):
+                    pass
+            return caught.value.response.status_code
+
+        assert await refused() == 403
+        assert await refused(additional_headers={"Authorization": f"Bearer {other}"}) == 403
+        assert (
+            await refused(
+                additional_headers={"Authorization": f"Bearer {reader}"},
+                origin="https://evil.example",
+            )
+            == 403
+        )
+        async with websockets.connect(
+            url, additional_headers={"Authorization": f"Bearer {reader}"}
+        ) as ws:
+            await start_runs(engine, "ok", 1)
+            frame = json.loads(await asyncio.wait_for(ws.recv(), 10))
+            assert frame["type"] == "event" and frame["event"]["workflow_id"] == "ok0"

@@ -20,7 +20,13 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
-from pyweft import ConfigurationError, Engine, PyweftError, RateLimitedError
+from pyweft import (
+    ConfigurationError,
+    Engine,
+    PermissionDeniedError,
+    PyweftError,
+    RateLimitedError,
+)
 from pyweft.server import (
     faults,
     routes_messages,
@@ -30,7 +36,7 @@ from pyweft.server import (
 )
 from pyweft.server.auth import Authenticator, RateLimiter, ServerAuth, monotonic
 from pyweft.server.calls import JSON, Call, Endpoint, read_json
-from pyweft.server.cors import CorsConfig
+from pyweft.server.cors import CorsConfig, origin_allowed
 from pyweft.server.feeds import EventJournal
 from pyweft.server.keys import ApiKeyStore
 from pyweft.server.metrics import ServerMetrics
@@ -67,6 +73,7 @@ class ServerState:
     ping_s: float
     secret: bytes
     metrics: ServerMetrics
+    cors: CorsConfig | None
 
 
 def _client_of(conn: Request | WebSocket) -> str:
@@ -88,6 +95,13 @@ def _endpoint_route(ep: Endpoint, state: ServerState) -> Route:
             state.metrics.observe(ep.path, ep.method, status, time.perf_counter() - started)
 
     async def answer(request: Request) -> Response:
+        if request.method != "GET" and not origin_allowed(
+            request.headers.get("origin"), request.headers.get("host"), state.cors
+        ):
+            raise PermissionDeniedError(
+                f"cross-origin {request.method} from {request.headers.get('origin')!r} is not "
+                "allowed; add the origin to the server's CORS configuration"
+            )
         found = await state.authenticator.principal(request)
         if not ep.public:
             principal = found[0]
@@ -117,6 +131,11 @@ def _endpoint_route(ep: Endpoint, state: ServerState) -> Route:
 
 def _ws_route(path: str, state: ServerState, per_run: bool) -> WebSocketRoute:
     async def handle(websocket: WebSocket) -> None:
+        if not origin_allowed(
+            websocket.headers.get("origin"), websocket.headers.get("host"), state.cors
+        ):
+            await websocket.close(code=1008, reason="PermissionDeniedError")
+            return
         try:
             found = await state.authenticator.principal(websocket)
             state.authenticator.decide(found, WS_SCOPES, "GET", websocket.url.path)
@@ -172,6 +191,7 @@ def create_app(
         ping_s=ping_s,
         secret=secrets.token_bytes(32),
         metrics=ServerMetrics(engine),
+        cors=cors,
     )
     routes: list[BaseRoute] = [_endpoint_route(ep, state) for ep in _sorted(ENDPOINTS)]
     routes.append(_ws_route("/events/ws", state, per_run=False))

@@ -87,6 +87,12 @@ async def read_json(request: Request, max_bytes: int) -> Any:
     raw = b"".join(chunks)
     if not raw.strip():
         return None
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/json" and not kind.endswith("+json"):
+        # Also keeps browsers from sending a JSON body cross-site without a preflight.
+        raise InvalidArgumentError(
+            f"request body must be sent as Content-Type: application/json, not {kind or 'none'!r}"
+        )
     try:
         value = loads(raw)
     except Exception as exc:

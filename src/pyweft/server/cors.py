@@ -41,3 +41,22 @@ class CorsConfig:
                 )
             if origin.endswith("/"):
                 raise ConfigurationError(f"CORS origin {origin!r} must not end with '/'")
+
+
+def origin_allowed(origin: str | None, host: str | None, cors: CorsConfig | None) -> bool:
+    """Whether a request carrying ``Origin: origin`` may act.
+
+    Browsers send ``Origin`` on every cross-site write and WebSocket upgrade; other
+    clients send none. A page from another site must not make a browser act on this
+    server (CSRF, cross-site WebSocket hijacking), even an open one on loopback, so a
+    request with an ``Origin`` is refused unless it is this server's own origin or one
+    CORS allows.
+    """
+    if origin is None:
+        return True
+    if origin == "null":
+        return False
+    if cors is not None and (origin in cors.allowed_origins or "*" in cors.allowed_origins):
+        return True
+    _, _, rest = origin.partition("://")
+    return host is not None and rest == host
