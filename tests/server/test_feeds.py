@@ -225,3 +225,36 @@ async def test_websocket_needs_events_read_and_a_same_site_origin(engine: Engine
             await start_runs(engine, "ok", 1)
             frame = json.loads(await asyncio.wait_for(ws.recv(), 10))
             assert frame["type"] == "event" and frame["event"]["workflow_id"] == "ok0"
+
+
+async def test_feeds_of_one_run_are_capped_and_slots_come_back(engine: Engine) -> None:
+    from contextlib import AsyncExitStack
+
+    from websockets.exceptions import InvalidStatus
+
+    await engine.start("waits_for_go", id="busy")
+    async with (
+        live_server(engine, max_streams_per_run=2) as base,
+        httpx.AsyncClient(base_url=base, timeout=30) as client,
+    ):
+        url = f"{API}/workflows/busy/events/sse"
+        async with AsyncExitStack() as stack:
+            for _ in range(2):
+                resp = await stack.enter_async_context(client.stream("GET", url))
+                assert resp.status_code == 200
+            third = await client.get(url)
+            assert third.status_code == 429
+            assert third.json()["error"]["code"] == "RateLimitedError"
+            ws_url = base.replace("http", "ws") + f"{API}/workflows/busy/watch"
+            with pytest.raises(InvalidStatus):
+                async with websockets.connect(ws_url):
+                    pass
+            other = await client.get(f"{API}/events/sse", params={"cursor": "bad"})
+            assert other.status_code == 400  # other feeds are not counted against the run
+
+        # Both streams closed: their slots are free again.
+        async def reopened() -> bool:
+            async with client.stream("GET", url) as resp:
+                return resp.status_code == 200
+
+        await eventually(reopened, what="a slot to come back")

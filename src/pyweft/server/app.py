@@ -37,7 +37,7 @@ from pyweft.server import (
 from pyweft.server.auth import Authenticator, RateLimiter, ServerAuth, monotonic
 from pyweft.server.calls import JSON, Call, Endpoint, read_json
 from pyweft.server.cors import CorsConfig, origin_allowed
-from pyweft.server.feeds import EventJournal
+from pyweft.server.feeds import EventJournal, StreamSlots
 from pyweft.server.keys import ApiKeyStore
 from pyweft.server.metrics import ServerMetrics
 
@@ -74,6 +74,7 @@ class ServerState:
     secret: bytes
     metrics: ServerMetrics
     cors: CorsConfig | None
+    slots: StreamSlots
 
 
 def _client_of(conn: Request | WebSocket) -> str:
@@ -162,6 +163,7 @@ def create_app(
     rate_limit: RateLimit | None = None,
     ping_s: float = 15.0,
     replay_capacity: int = 10_000,
+    max_streams_per_run: int = 100,
     clock: Callable[[], float] = monotonic,
 ) -> Starlette:
     """The ASGI app for ``engine``: REST under ``/api/v1``, SSE and WebSocket feeds, and
@@ -176,6 +178,8 @@ def create_app(
         raise ConfigurationError("max_body_bytes must be at least 1")
     if ping_s <= 0:
         raise ConfigurationError("ping_s must be positive")
+    if max_streams_per_run < 1:
+        raise ConfigurationError("max_streams_per_run must be at least 1")
     if cors is not None:
         cors.validate()
     state = ServerState(
@@ -192,6 +196,7 @@ def create_app(
         secret=secrets.token_bytes(32),
         metrics=ServerMetrics(engine),
         cors=cors,
+        slots=StreamSlots(max_streams_per_run),
     )
     routes: list[BaseRoute] = [_endpoint_route(ep, state) for ep in _sorted(ENDPOINTS)]
     routes.append(_ws_route("/events/ws", state, per_run=False))

@@ -141,3 +141,30 @@ class EventJournal:
                 await asyncio.wait_for(changed.wait(), timeout=ping_s)
             except TimeoutError:
                 yield FeedItem(kind="ping")
+
+
+class StreamSlots:
+    """At most ``per_run`` open feeds of one run (per-run SSE and WebSocket watches, and
+    fleet feeds filtered to one run), so one run cannot absorb the server's sockets."""
+
+    def __init__(self, per_run: int) -> None:
+        self.per_run = per_run
+        self._open: dict[str, int] = {}
+
+    def take(self, workflow_id: str | None) -> bool:
+        if workflow_id is None:
+            return True
+        count = self._open.get(workflow_id, 0)
+        if count >= self.per_run:
+            return False
+        self._open[workflow_id] = count + 1
+        return True
+
+    def release(self, workflow_id: str | None) -> None:
+        if workflow_id is None:
+            return
+        count = self._open.get(workflow_id, 0) - 1
+        if count > 0:
+            self._open[workflow_id] = count
+        else:
+            self._open.pop(workflow_id, None)

@@ -13,16 +13,16 @@ and take the cursor as ``?cursor=``.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.responses import Response, StreamingResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from pyweft import InvalidArgumentError, PyweftError
+from pyweft import InvalidArgumentError, PyweftError, RateLimitedError
 from pyweft.client.wire import dumps
 from pyweft.server.calls import Call, Endpoint
-from pyweft.server.feeds import FeedFilter, FeedItem
+from pyweft.server.feeds import FeedFilter, FeedItem, StreamSlots
 
 TERMINAL = frozenset({"completed", "failed", "cancelled", "timed_out"})
 
@@ -69,11 +69,31 @@ async def _sse_response(call: Call, workflow_id: str | None) -> Response:
         async for item in journal.follow(flt, cursor, ping_s=call.state.ping_s, until=until):
             yield _sse(item)
 
-    return StreamingResponse(
-        body(),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+    slots: StreamSlots = call.state.slots
+    if not slots.take(flt.workflow_id):
+        raise RateLimitedError(
+            f"run {flt.workflow_id!r} already has {slots.per_run} open feeds; close one",
+            retry_after_s=1.0,
+        )
+    return _Feed(body(), release=lambda: slots.release(flt.workflow_id))
+
+
+class _Feed(StreamingResponse):
+    """An SSE response that gives its stream slot back however the stream ends."""
+
+    def __init__(self, body: AsyncIterator[bytes], release: Callable[[], None]) -> None:
+        super().__init__(
+            body,
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+        self._release = release
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
 
 
 async def fleet_sse(call: Call) -> Response:
@@ -95,6 +115,18 @@ async def watch(websocket: WebSocket, state: Any, workflow_id: str | None) -> No
     except PyweftError as exc:
         await websocket.close(code=1008, reason=str(exc)[:120])
         return
+    if not state.slots.take(flt.workflow_id):
+        await websocket.close(code=1008, reason="too many feeds for this run")
+        return
+    try:
+        await _watch(websocket, state, flt, cursor, workflow_id)
+    finally:
+        state.slots.release(flt.workflow_id)
+
+
+async def _watch(
+    websocket: WebSocket, state: Any, flt: FeedFilter, cursor: str, workflow_id: str | None
+) -> None:
     await websocket.accept()
     until = (lambda e: e.kind in TERMINAL) if workflow_id is not None else None
     try:
