@@ -171,3 +171,19 @@ async def test_update_result_for_an_unknown_id(wf: WorkflowClient) -> None:
     assert isinstance(wf, Engine | Client)
     with pytest.raises(UpdateNotFoundError):
         await wf.update_result("nope", timeout=0.01)
+
+
+async def test_update_timeout_then_update_result(wf: WorkflowClient) -> None:
+    from pyweft import UpdateTimeoutError
+
+    assert isinstance(wf, Engine | Client)
+    handle = await wf.start(waits_for_go, id="u")
+    assert await handle.update("bump", 1) == 1  # the handler is registered
+    await wf.suspend("u")  # a suspended run answers nothing
+    with pytest.raises(UpdateTimeoutError) as caught:
+        await wf.update("u", "bump", 2, timeout=0.05)
+    update_id = caught.value.update_id
+    with pytest.raises(UpdateTimeoutError):
+        await wf.update_result(update_id, timeout=0)
+    await wf.resume("u")
+    assert await wf.update_result(update_id, timeout=10) == 3

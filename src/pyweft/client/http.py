@@ -30,6 +30,7 @@ from pyweft import (
     ResultTimeoutError,
     ReviewInfo,
     ServerError,
+    UpdateTimeoutError,
     WorkflowEvent,
     WorkflowInfo,
 )
@@ -300,25 +301,46 @@ class Client:
         idempotency_key: str | None = None,
     ) -> Any:
         seconds = parse_optional_duration(timeout, field="timeout")
-        body: dict[str, Any] = {"timeout": 5.0 if seconds is None else seconds}
+        total = 5.0 if seconds is None else seconds
+        deadline = time.monotonic() + total
+        # The server waits at most 60 s per request; a longer timeout keeps waiting for
+        # the same update by its id, as the engine's single call would.
+        body: dict[str, Any] = {"timeout": min(total, _MAX_WAIT_S)}
         if payload is not OMITTED:
             body["payload"] = payload
         if idempotency_key is not None:
             body["idempotency_key"] = idempotency_key
-        data = await self._call(
-            "POST",
-            f"/workflows/{_seg(workflow_id)}/update/{_seg(name)}",
-            body=body,
-            idempotent=idempotency_key is not None,
-        )
+        try:
+            data = await self._call(
+                "POST",
+                f"/workflows/{_seg(workflow_id)}/update/{_seg(name)}",
+                body=body,
+                idempotent=idempotency_key is not None,
+            )
+        except UpdateTimeoutError as exc:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise
+            return await self._await_update(exc.update_id, left)
         return data["result"]
 
     async def update_result(self, update_id: str, *, timeout: Any = None) -> Any:
-        seconds = parse_optional_duration(timeout, field="timeout") or 0.0
-        data = await self._call(
-            "GET", f"/updates/{_seg(update_id)}", params={"wait": min(seconds, _MAX_WAIT_S)}
-        )
-        return data["result"]
+        """The answer to an earlier update, waiting up to ``timeout`` (``None``: until it
+        comes), in polls of at most 60 s."""
+        seconds = parse_optional_duration(timeout, field="timeout")
+        left = float("inf") if seconds is None else seconds
+        return await self._await_update(update_id, left)
+
+    async def _await_update(self, update_id: str, left: float) -> Any:
+        deadline = time.monotonic() + left
+        while True:
+            wait = min(max(0.0, deadline - time.monotonic()), _MAX_WAIT_S)
+            try:
+                data = await self._call("GET", f"/updates/{_seg(update_id)}", params={"wait": wait})
+                return data["result"]
+            except UpdateTimeoutError:
+                if time.monotonic() >= deadline:
+                    raise
 
     async def submit_review(
         self,
