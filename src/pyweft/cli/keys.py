@@ -44,6 +44,9 @@ def create(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Create a key and print it once."""
+    from pyweft.cli.remote import require_server_extra
+
+    require_server_extra("pyweft keys")
     from pyweft.server.keys import ApiKeyStore
 
     expires_at = None
@@ -77,6 +80,9 @@ def list_keys(
     db: DbOpt = None, as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False
 ) -> None:
     """List keys (never their secrets)."""
+    from pyweft.cli.remote import require_server_extra
+
+    require_server_extra("pyweft keys")
     from pyweft.server.keys import ApiKeyStore
 
     async def go() -> None:
@@ -116,6 +122,9 @@ def revoke(
     db: DbOpt = None,
 ) -> None:
     """Revoke a key; the server refuses it from the next request on."""
+    from pyweft.cli.remote import require_server_extra
+
+    require_server_extra("pyweft keys")
     from pyweft.server.keys import ApiKeyStore
 
     async def go() -> None:

@@ -43,6 +43,18 @@ TokenOption = Annotated[
 ]
 
 
+def require_server_extra(what: str) -> None:
+    """A clear usage error instead of an ImportError when the extra is not installed."""
+    import importlib.util
+
+    missing = [m for m in ("starlette", "uvicorn", "httpx") if importlib.util.find_spec(m) is None]
+    if missing:
+        bad_parameter(
+            f"{what} needs the server extra ({', '.join(missing)} missing): "
+            "pip install 'pyweft[server]'"
+        )
+
+
 @dataclass(frozen=True)
 class Remote:
     url: str
@@ -65,6 +77,7 @@ def target(db: str | None, server: str | None, token: str | None) -> Target:
         )
     if not server.startswith(("http://", "https://")):
         bad_parameter(f"--server must be an http:// or https:// URL, got {server!r}")
+    require_server_extra("--server")
     return Remote(server, token)
 
 

@@ -60,6 +60,9 @@ def serve(
     ssl_keyfile: Annotated[str | None, typer.Option(help="TLS private key (PEM).")] = None,
 ) -> None:
     """Serve the REST API, event feeds and OpenAPI document for your engine."""
+    from pyweft.cli.remote import require_server_extra
+
+    require_server_extra("pyweft serve")
     from pyweft.server import CorsConfig, ServerAuth
     from pyweft.server.serve import serve as run_server
 
