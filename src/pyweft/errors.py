@@ -541,6 +541,51 @@ class HistoryLimitError(PyweftError):
         self.limit = limit
 
 
+# --- the HTTP server and client -----------------------------------------------------
+
+
+class AuthenticationError(PyweftError):
+    """The server needs a credential and got none, or one it does not accept (HTTP 401)."""
+
+
+class PermissionDeniedError(PyweftError):
+    """The credential is valid but lacks the scope this operation needs (HTTP 403).
+
+    ``required`` lists the scopes, any one of which would have been enough.
+    """
+
+    def __init__(self, message: str, *, required: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.required = list(required or [])
+
+
+class RateLimitedError(PyweftError):
+    """Too many requests from this principal in the current window (HTTP 429)."""
+
+    def __init__(self, message: str, *, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class RequestTooLargeError(PyweftError):
+    """A request body is larger than the server accepts (HTTP 413)."""
+
+    def __init__(self, message: str, *, max_bytes: int) -> None:
+        super().__init__(message)
+        self.max_bytes = max_bytes
+
+
+class ServerError(PyweftError):
+    """The server failed in a way it does not describe (HTTP 5xx), or could not be reached.
+
+    ``status`` is the HTTP status (0 when no response arrived).
+    """
+
+    def __init__(self, message: str, *, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 class LeaseLostWarning(RuntimeWarning):
     """This engine lost the store lease to another engine and stopped itself."""
 
@@ -553,6 +598,7 @@ __all__ = [
     "ActivityError",
     "ActivityNotRegisteredError",
     "ActivityTimeoutError",
+    "AuthenticationError",
     "ChildWorkflowError",
     "ConfigurationError",
     "CorruptRecordError",
@@ -571,10 +617,13 @@ __all__ = [
     "NonDeterminismError",
     "OwnershipModeMismatchError",
     "PayloadError",
+    "PermissionDeniedError",
     "PyweftError",
     "QueryNotFoundError",
     "QueryUnavailableError",
     "QueryFailedError",
+    "RateLimitedError",
+    "RequestTooLargeError",
     "ResultTimeoutError",
     "ReviewAlreadyDecidedError",
     "ReviewNotFoundError",
@@ -582,6 +631,7 @@ __all__ = [
     "RunTornDown",
     "SchemaVersionError",
     "SecondInstanceWarning",
+    "ServerError",
     "StorageCapabilityError",
     "StorageClosedError",
     "StorageError",

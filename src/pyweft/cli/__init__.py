@@ -51,9 +51,13 @@ def cli_codec() -> PayloadCodec | None:
     return _codec[0] if _codec else None
 
 
-def db_flag(db: str | None) -> str:
-    """`` --db URL`` for a follow-up command hint, when the user passed one (else nothing)."""
-    return f" --db {shlex.quote(db)}" if db else ""
+def db_flag(db: object) -> str:
+    """`` --db URL`` (or `` --server URL``) for a follow-up command hint, when the user
+    passed one (else nothing)."""
+    flag = getattr(db, "flag", None)
+    if callable(flag):
+        return str(flag())
+    return f" --db {shlex.quote(db)}" if isinstance(db, str) and db else ""
 
 
 def run(

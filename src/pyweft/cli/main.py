@@ -16,11 +16,13 @@ from pyweft.cli import (
     apps,
     demo,
     doctor,
+    keys,
     purge,
     render,
     replay,
     reviews,
     schedules,
+    serve,
     set_codec,
     state,
     versions,
@@ -63,6 +65,8 @@ app.add_typer(activities.app, name="activities")
 app.add_typer(schedules.app, name="schedules")
 app.add_typer(state.app, name="state")
 app.add_typer(versions.app, name="versions")
+app.command("serve")(serve.serve)
+app.add_typer(keys.app, name="keys")
 
 
 def _print_version() -> None:

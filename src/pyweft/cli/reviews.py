@@ -14,7 +14,7 @@ from rich.markup import escape
 
 from pyweft import ReviewInfo
 from pyweft.cli import DbOption, JsonOption, render, run
-from pyweft.cli.store import open_engine
+from pyweft.cli.remote import ServerOption, Target, TokenOption, open_target, target
 
 app = typer.Typer(
     help="List reviews that workflows wait on, and decide them.",
@@ -40,9 +40,9 @@ class Decision(StrEnum):
 
 
 async def _list(
-    db: str | None, status: StatusFilter, workflow_id: str | None, review_type: str | None
+    db: Target, status: StatusFilter, workflow_id: str | None, review_type: str | None
 ) -> list[ReviewInfo]:
-    async with open_engine(db, read_only=True) as engine:
+    async with open_target(db, read_only=True) as engine:
         return await engine.list_reviews(
             status=None if status is StatusFilter.all else status.value,
             workflow_id=workflow_id,
@@ -51,9 +51,9 @@ async def _list(
 
 
 async def _decide(
-    db: str | None, review_id: str, decision: Decision, reviewer: str, feedback: str | None
+    db: Target, review_id: str, decision: Decision, reviewer: str, feedback: str | None
 ) -> None:
-    async with open_engine(db) as engine:
+    async with open_target(db) as engine:
         await engine.submit_review(review_id, decision.value, reviewer=reviewer, feedback=feedback)
 
 
@@ -69,10 +69,13 @@ def list_reviews(
         str | None, typer.Option("--type", help="Only reviews of this review_type.")
     ] = None,
     db: DbOption = None,
+    server: ServerOption = None,
+    token: TokenOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """List reviews, oldest first (pending ones unless --status says otherwise)."""
-    reviews = run(_list(db, status, workflow_id, review_type))
+    where = target(db, server, token)
+    reviews = run(_list(where, status, workflow_id, review_type))
     if as_json:
         render.print_json({"items": [render.review_dict(r) for r in reviews]})
         return
@@ -116,6 +119,8 @@ def decide(
         str | None, typer.Option("--feedback", metavar="TEXT", help="A note for the workflow.")
     ] = None,
     db: DbOption = None,
+    server: ServerOption = None,
+    token: TokenOption = None,
 ) -> None:
     """Decide a pending review: approved, rejected or needs_changes.
 
@@ -123,7 +128,8 @@ def decide(
     refused (ReviewAlreadyDecidedError). The engine process that drives the
     waiting run continues it when it next polls the store.
     """
-    run(_decide(db, review_id, decision, reviewer, feedback))
+    where = target(db, server, token)
+    run(_decide(where, review_id, decision, reviewer, feedback))
     render.console().print(
         f"review {escape(review_id)}: {render.status_text(decision.value)} by {escape(reviewer)}; "
         "the waiting run continues when its engine next polls the store",

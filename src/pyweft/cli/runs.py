@@ -22,8 +22,8 @@ from pyweft.cli.filters import (
     UpdatedSinceOption,
     UpdatedUntilOption,
 )
+from pyweft.cli.remote import ServerOption, Target, TokenOption, open_target, target
 from pyweft.cli.render import escape
-from pyweft.cli.store import open_engine
 
 IdArgument = Annotated[str, typer.Argument(metavar="ID", help="The workflow run id.")]
 ByOption = Annotated[
@@ -34,15 +34,15 @@ ByOption = Annotated[
 ]
 
 
-async def _list(
-    db: str | None, flt: RunFilters, limit: int, cursor: str | None
-) -> Page[WorkflowInfo]:
-    async with open_engine(db, read_only=True) as engine:
+async def _list(db: Target, flt: RunFilters, limit: int, cursor: str | None) -> Page[WorkflowInfo]:
+    async with open_target(db, read_only=True) as engine:
         return await engine.list(**flt.as_kwargs(), limit=limit, cursor=cursor)
 
 
 def list_runs(
     db: DbOption = None,
+    server: ServerOption = None,
+    token: TokenOption = None,
     status: StatusOption = None,
     workflow_type: TypeOption = None,
     id_prefix: IdPrefixOption = None,
@@ -60,6 +60,7 @@ def list_runs(
     as_json: JsonOption = False,
 ) -> None:
     """List runs matching every filter given, newest first."""
+    where = target(db, server, token)
     flt = filters.run_filters(
         status=status,
         workflow_type=workflow_type,
@@ -72,7 +73,7 @@ def list_runs(
         updated_since=updated_since,
         updated_until=updated_until,
     )
-    page = run(_list(db, flt, limit, cursor))
+    page = run(_list(where, flt, limit, cursor))
     if as_json:
         render.print_json(
             {"items": [render.info_dict(i) for i in page.items], "next_cursor": page.next_cursor}
@@ -87,14 +88,16 @@ def list_runs(
         out.print(f"more runs: --cursor {page.next_cursor}", soft_wrap=True)
 
 
-async def _count(db: str | None, by: str, flt: RunFilters) -> list[Group]:
-    async with open_engine(db, read_only=True) as engine:
+async def _count(db: Target, by: str, flt: RunFilters) -> list[Group]:
+    async with open_target(db, read_only=True) as engine:
         return await engine.aggregate(group_by=by, **flt.as_kwargs())
 
 
 def count_runs(
     by: ByOption = "status",
     db: DbOption = None,
+    server: ServerOption = None,
+    token: TokenOption = None,
     status: StatusOption = None,
     workflow_type: TypeOption = None,
     id_prefix: IdPrefixOption = None,
@@ -113,6 +116,7 @@ def count_runs(
     are not counted, and a run whose attribute is a list counts once under
     each of its values.
     """
+    where = target(db, server, token)
     group_by = filters.group_by(by)
     flt = filters.run_filters(
         status=status,
@@ -126,7 +130,7 @@ def count_runs(
         updated_since=updated_since,
         updated_until=updated_until,
     )
-    groups = run(_count(db, group_by, flt))
+    groups = run(_count(where, group_by, flt))
     if as_json:
         render.print_json({"by": group_by, "groups": [render.group_dict(g) for g in groups]})
     elif not groups:
@@ -135,8 +139,8 @@ def count_runs(
         render.console().print(render.groups_table(groups, group_by))
 
 
-async def _show(db: str | None, workflow_id: str) -> tuple[WorkflowInfo, History | None]:
-    async with open_engine(db, read_only=True) as engine:
+async def _show(db: Target, workflow_id: str) -> tuple[WorkflowInfo, History | None]:
+    async with open_target(db, read_only=True) as engine:
         info = await engine.describe(workflow_id)
         try:
             return info, await engine.history(workflow_id)
@@ -146,13 +150,20 @@ async def _show(db: str | None, workflow_id: str) -> tuple[WorkflowInfo, History
             return info, None  # the summary already says which record is damaged
 
 
-def show_run(workflow_id: IdArgument, db: DbOption = None, as_json: JsonOption = False) -> None:
+def show_run(
+    workflow_id: IdArgument,
+    db: DbOption = None,
+    server: ServerOption = None,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
     """Show one run: its state, result or error, every step, and its events in order.
 
     A quarantined run (a record of it cannot be decoded) shows its summary
     and the damaged key; its steps cannot be shown until the record is repaired.
     """
-    info, history = run(_show(db, workflow_id))
+    where = target(db, server, token)
+    info, history = run(_show(where, workflow_id))
     if as_json:
         render.print_json(
             {

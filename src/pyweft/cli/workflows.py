@@ -20,9 +20,9 @@ import typer
 
 from pyweft import PyweftError, UpdateTimeoutError, WorkflowInfo
 from pyweft.cli import DbOption, JsonOption, db_flag, forks, json_argument, render, run, runs
+from pyweft.cli.remote import ServerOption, Target, TokenOption, open_target, target
 from pyweft.cli.render import escape
 from pyweft.cli.runs import IdArgument
-from pyweft.cli.store import open_engine
 
 app = typer.Typer(
     help="Inspect, count and fork workflow runs in a store, and send them signals, updates "
@@ -49,9 +49,9 @@ app.command("fork")(forks.fork_run)
 
 
 async def _signal(
-    db: str | None, workflow_id: str, name: str, payload: Any, signal_id: str | None
+    db: Target, workflow_id: str, name: str, payload: Any, signal_id: str | None
 ) -> None:
-    async with open_engine(db) as engine:
+    async with open_target(db) as engine:
         await engine.signal(workflow_id, name, payload, signal_id=signal_id)
 
 
@@ -70,6 +70,8 @@ def signal_run(
         ),
     ] = None,
     db: DbOption = None,
+    server: ServerOption = None,
+    token: TokenOption = None,
 ) -> None:
     """Send a signal. It is stored durably before this returns.
 
@@ -77,8 +79,9 @@ def signal_run(
     wait_for_signal(NAME) (it polls the store), or an engine that recovers the
     run later does. A finished run refuses signals (WorkflowTerminalError).
     """
+    where = target(db, server, token)
     value = None if payload is None else json_argument(payload, "PAYLOAD_JSON")
-    run(_signal(db, workflow_id, name, value, signal_id))
+    run(_signal(where, workflow_id, name, value, signal_id))
     render.console().print(
         f"signal {escape(repr(name))} stored for {escape(workflow_id)}; the engine that drives "
         "the run picks it up when it next polls the store",
@@ -86,8 +89,8 @@ def signal_run(
     )
 
 
-async def _query(db: str | None, workflow_id: str, name: str, args: list[Any], timeout: str) -> Any:
-    async with open_engine(db) as engine:
+async def _query(db: Target, workflow_id: str, name: str, args: list[Any], timeout: str) -> Any:
+    async with open_target(db) as engine:
         return await engine.query(workflow_id, name, *args, timeout=timeout)
 
 
@@ -100,6 +103,8 @@ def query_run(
         typer.Argument(metavar="ARGS_JSON...", help=f"Handler arguments, each {_JSON_TEXT}"),
     ] = None,
     db: DbOption = None,
+    server: ServerOption = None,
+    token: TokenOption = None,
     timeout: TimeoutOption = "5s",
     as_json: JsonOption = False,
 ) -> None:
@@ -110,8 +115,9 @@ def query_run(
     engine answers within --timeout (none is running, or the run is suspended
     or not started yet), the command fails with QueryUnavailableError.
     """
+    where = target(db, server, token)
     values = [json_argument(text, f"ARGS_JSON #{n}") for n, text in enumerate(args or (), 1)]
-    answer = run(_query(db, workflow_id, name, values, timeout))
+    answer = run(_query(where, workflow_id, name, values, timeout))
     if as_json:
         render.print_json({"workflow_id": workflow_id, "query": name, "result": answer})
     else:
@@ -119,21 +125,21 @@ def query_run(
 
 
 async def _update(
-    db: str | None,
+    db: Target,
     workflow_id: str,
     name: str,
     payload: tuple[Any] | tuple[()],
     timeout: str,
     idempotency_key: str | None,
 ) -> Any:
-    async with open_engine(db) as engine:
+    async with open_target(db) as engine:
         return await engine.update(
             workflow_id, name, *payload, timeout=timeout, idempotency_key=idempotency_key
         )
 
 
 def _timed_out(
-    name: str, idempotency_key: str | None, as_json: bool, db: str | None
+    name: str, idempotency_key: str | None, as_json: bool, db: Target
 ) -> Callable[[PyweftError], None]:
     """After an UpdateTimeoutError's red line: the update id and how to fetch its answer."""
 
@@ -182,6 +188,8 @@ def update_run(
         ),
     ] = None,
     db: DbOption = None,
+    server: ServerOption = None,
+    token: TokenOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Send an update and print the workflow's answer.
@@ -193,10 +201,11 @@ def update_run(
     answer comes within --timeout the update stays queued: the command exits
     1 and prints the update id, for `pyweft workflows update-result`.
     """
+    where = target(db, server, token)
     value = () if payload is None else (json_argument(payload, "PAYLOAD_JSON"),)
     answer = run(
-        _update(db, workflow_id, name, value, timeout, idempotency_key),
-        on_error=_timed_out(name, idempotency_key, as_json, db),
+        _update(where, workflow_id, name, value, timeout, idempotency_key),
+        on_error=_timed_out(name, idempotency_key, as_json, where),
     )
     if as_json:
         render.print_json(
@@ -206,8 +215,8 @@ def update_run(
         render.console().print(escape(render.value_text(answer)), soft_wrap=True)
 
 
-async def _update_result(db: str | None, update_id: str, timeout: str) -> Any:
-    async with open_engine(db) as engine:
+async def _update_result(db: Target, update_id: str, timeout: str) -> Any:
+    async with open_target(db) as engine:
         return await engine.update_result(update_id, timeout=timeout)
 
 
@@ -218,15 +227,18 @@ def update_result(
     ],
     timeout: TimeoutOption = "5s",
     db: DbOption = None,
+    server: ServerOption = None,
+    token: TokenOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Print the answer to an earlier update (e.g. one that timed out), waiting up to --timeout."""
+    where = target(db, server, token)
 
     def still_waiting(exc: PyweftError) -> None:
         if isinstance(exc, UpdateTimeoutError):
             render.hint("the update is still queued; run this command again later")
 
-    answer = run(_update_result(db, update_id, timeout), on_error=still_waiting)
+    answer = run(_update_result(where, update_id, timeout), on_error=still_waiting)
     if as_json:
         render.print_json({"update_id": update_id, "answered": True, "result": answer})
     else:
@@ -253,10 +265,10 @@ def _engine_declines_quietly() -> Iterator[None]:
 
 
 async def _lifecycle(
-    db: str | None, workflow_id: str, action: Action, reason: str = ""
+    db: Target, workflow_id: str, action: Action, reason: str = ""
 ) -> tuple[WorkflowInfo, WorkflowInfo]:
     """Apply ``action`` unless it is a no-op; return the run before and after."""
-    async with open_engine(db) as engine:
+    async with open_target(db) as engine:
         before = await engine.describe(workflow_id)
         if action == "cancel" and not before.is_terminal:
             await engine.cancel(workflow_id)
@@ -272,7 +284,12 @@ async def _lifecycle(
 
 
 @app.command("cancel")
-def cancel_run(workflow_id: IdArgument, db: DbOption = None) -> None:
+def cancel_run(
+    workflow_id: IdArgument,
+    db: DbOption = None,
+    server: ServerOption = None,
+    token: TokenOption = None,
+) -> None:
     """Cancel a running, pending or suspended run; a finished run is left as it is.
 
     A pending or suspended run is cancelled at once. For a running run the
@@ -281,7 +298,8 @@ def cancel_run(workflow_id: IdArgument, db: DbOption = None) -> None:
     clean up before it ends as cancelled. Cancelling a finished run does
     nothing and exits 0.
     """
-    before, after = run(_lifecycle(db, workflow_id, "cancel"))
+    where = target(db, server, token)
+    before, after = run(_lifecycle(where, workflow_id, "cancel"))
     out = render.console()
     if before.is_terminal:
         out.print(f"{escape(workflow_id)} is already {render.status_text(before.status)}")
@@ -295,26 +313,37 @@ def cancel_run(workflow_id: IdArgument, db: DbOption = None) -> None:
 
 
 @app.command("suspend")
-def suspend_run(workflow_id: IdArgument, db: DbOption = None) -> None:
+def suspend_run(
+    workflow_id: IdArgument,
+    db: DbOption = None,
+    server: ServerOption = None,
+    token: TokenOption = None,
+) -> None:
     """Pause a running or pending run: it keeps its journal and is not recovered until resumed.
 
     The store records the run as suspended before this returns. Suspending a
     suspended or finished run does nothing and exits 0.
     """
-    before, after = run(_lifecycle(db, workflow_id, "suspend"))
+    where = target(db, server, token)
+    before, after = run(_lifecycle(where, workflow_id, "suspend"))
     out = render.console()
     if before.status == after.status:
         out.print(f"{escape(workflow_id)} is already {render.status_text(before.status)}")
         return
     out.print(
         f"{escape(workflow_id)} is now {render.status_text(after.status)}; "
-        f"`pyweft workflows resume {escape(workflow_id)}{escape(db_flag(db))}` continues it",
+        f"`pyweft workflows resume {escape(workflow_id)}{escape(db_flag(where))}` continues it",
         soft_wrap=True,
     )
 
 
 @app.command("resume")
-def resume_run(workflow_id: IdArgument, db: DbOption = None) -> None:
+def resume_run(
+    workflow_id: IdArgument,
+    db: DbOption = None,
+    server: ServerOption = None,
+    token: TokenOption = None,
+) -> None:
     """Mark a suspended or blocked run as running again, so that an engine picks it up.
 
     This command drives no workflows: it only changes the stored status and
@@ -324,7 +353,8 @@ def resume_run(workflow_id: IdArgument, db: DbOption = None) -> None:
     whose code still does not replay it is blocked again. A running run is
     left as it is; a finished or pending run exits 1.
     """
-    before, after = run(_lifecycle(db, workflow_id, "resume"))
+    where = target(db, server, token)
+    before, after = run(_lifecycle(where, workflow_id, "resume"))
     out = render.console()
     if before.status == "running":
         out.print(f"{escape(workflow_id)} is already {render.status_text('running')}")
@@ -349,6 +379,8 @@ def fail_run(
         ),
     ],
     db: DbOption = None,
+    server: ServerOption = None,
+    token: TokenOption = None,
 ) -> None:
     """End a blocked, suspended or pending run as failed, with --reason as its error.
 
@@ -356,7 +388,8 @@ def fail_run(
     WorkflowFailedError with error type FailedByOperator. A running run exits
     1 (cancel it instead); a finished run exits 1.
     """
-    _, after = run(_lifecycle(db, workflow_id, "fail", reason))
+    where = target(db, server, token)
+    _, after = run(_lifecycle(where, workflow_id, "fail", reason))
     render.console().print(
         f"{escape(workflow_id)} is now {render.status_text(after.status)}", soft_wrap=True
     )

@@ -1189,6 +1189,14 @@ class Engine:
         self._core.services_or_raise()
         return await self._core.visibility.history(workflow_id)
 
+    @staticmethod
+    def check_attributes(values: Mapping[str, Any]) -> None:
+        """Raise :class:`InvalidArgumentError` if :meth:`set_attributes` would refuse
+        ``values``; reads and writes nothing (for edges that validate before acting)."""
+        from pyweft.engine.steps import attributes
+
+        attributes.normalize(values)
+
     async def set_attributes(self, workflow_id: str, values: Mapping[str, Any]) -> None:
         """Set search attributes of a run from outside (``None`` removes one)."""
         await maintenance.set_attributes(self._core, workflow_id, values)

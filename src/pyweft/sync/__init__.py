@@ -20,4 +20,13 @@ from pyweft.sync.engine import Engine
 from pyweft.sync.events import EventIterator
 from pyweft.sync.handle import WorkflowHandle
 
-__all__ = ["Engine", "EventIterator", "WorkflowHandle"]
+__all__ = ["Client", "Engine", "EventIterator", "WorkflowHandle"]
+
+
+def __getattr__(name: str) -> object:
+    # The blocking HTTP client needs the ``server`` extra (httpx): imported on first use.
+    if name == "Client":
+        from pyweft.client.sync import Client
+
+        return Client
+    raise AttributeError(f"module 'pyweft.sync' has no attribute {name!r}")

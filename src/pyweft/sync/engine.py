@@ -608,6 +608,10 @@ class Engine:
     def history(self, workflow_id: str) -> History:
         return self._run(self._engine.history, workflow_id)
 
+    @staticmethod
+    def check_attributes(values: Mapping[str, Any]) -> None:
+        AsyncEngine.check_attributes(values)
+
     def set_attributes(self, workflow_id: str, values: Mapping[str, Any]) -> None:
         self._run(self._engine.set_attributes, workflow_id, values)
 

@@ -1,0 +1,25 @@
+"""The pyweft HTTP server: ``create_app(engine, auth=...)`` and ``pyweft serve``.
+
+Needs the ``server`` extra: ``pip install 'pyweft[server]'``.
+"""
+
+from __future__ import annotations
+
+from pyweft.server.app import RateLimit, create_app
+from pyweft.server.auth import AuditRecord, JwtConfig, Principal, ServerAuth
+from pyweft.server.cors import CorsConfig
+from pyweft.server.keys import ApiKeyInfo, ApiKeyStore
+from pyweft.server.scopes import SCOPES
+
+__all__ = [
+    "SCOPES",
+    "ApiKeyInfo",
+    "ApiKeyStore",
+    "AuditRecord",
+    "CorsConfig",
+    "JwtConfig",
+    "Principal",
+    "RateLimit",
+    "ServerAuth",
+    "create_app",
+]
