@@ -55,8 +55,11 @@ from pyweft.storage import pg_listen
 from pyweft.storage.base import (
     Delete,
     Expect,
+    Get,
     Op,
     Put,
+    Read,
+    ReadResult,
     StorageCapabilities,
     Unlisten,
     prefix_end,
@@ -319,6 +322,25 @@ class PostgresStorage:
         query = self._sql_scan[lower_op, upper_op, " DESC" if reverse else ""]
         rows = await self._execute("scan", query, params, idempotent=True)
         return [(key, bytes(value)) for key, value in rows]
+
+    async def read_many(self, reads: Sequence[Read]) -> list[ReadResult]:
+        """The gets in one statement, the scans alongside (optional protocol extension)."""
+        self._raise_if_closed()
+        if not reads:
+            return []
+        gets = [r.key for r in reads if isinstance(r, Get) and "\0" not in _check_key(r.key)]
+        pending: list[Any] = []
+        if gets:
+            pending.append(self._send_gets(gets))
+        pending += [
+            self.scan(r.prefix, start=r.start, end=r.end, limit=r.limit, reverse=r.reverse)
+            for r in reads
+            if not isinstance(r, Get)
+        ]
+        done = await asyncio.gather(*pending) if len(pending) > 1 else [await pending[0]]
+        found = dict(zip(gets, done[0], strict=True)) if gets else {}
+        scans = iter(done[1:] if gets else done)
+        return [found.get(r.key) if isinstance(r, Get) else next(scans) for r in reads]
 
     async def batch(self, ops: Sequence[Op]) -> None:
         await self._write((), ops)
