@@ -648,8 +648,8 @@ class SQLiteStorage:
                 part = deletes[i : i + _CHUNK]
                 execute(_sql_in(_SQL_DELETE_IN, len(part)), part)
             for i in range(0, len(puts), 2 * _CHUNK):
-                part = puts[i : i + 2 * _CHUNK]
-                execute(_sql_values(len(part) // 2), part)
+                values = puts[i : i + 2 * _CHUNK]
+                execute(_sql_values(len(values) // 2), values)
             execute(_SQL_COMMIT)
             self._transactions += 1
         except Exception as exc:
