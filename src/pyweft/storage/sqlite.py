@@ -52,6 +52,9 @@ _SQL_COUNT_FROM = "SELECT count(*) FROM kv WHERE key >= ?"
 _SQL_GET_IN = "SELECT json_group_object(key, hex(value)) FROM kv WHERE key IN ({})"
 _SQL_DELETE_IN = "DELETE FROM kv WHERE key IN ({})"
 _SQL_PUT_VALUES = "INSERT OR REPLACE INTO kv (key, value) VALUES {}"
+_SQL_READ_MANY = "SELECT {}"
+_SQL_GET_COLUMN = "(SELECT value FROM kv WHERE key = ?)"
+_SQL_SCAN_COLUMN = "(SELECT json_group_array(json_array(key, hex(value))) FROM ({}))"
 _CHUNK = 250  # keys per multi-row statement (SQLite allows 32,766 bound parameters)
 _SQL_BEGIN = "BEGIN IMMEDIATE"
 _SQL_COMMIT = "COMMIT"
@@ -139,18 +142,21 @@ class _ReadJob(_Job):
 
 
 class _ReadManyJob(_ReadJob):
-    """Several reads handed over together: ``parts`` holds (sql, params, single) each."""
+    """Several reads as one statement returning one row: ``shapes`` says, per column,
+    ``None`` for a get (the value itself) or a scan's ``reverse`` (its rows as JSON)."""
 
-    __slots__ = ("parts",)
+    __slots__ = ("shapes",)
 
     def __init__(
         self,
-        parts: list[tuple[str, tuple[object, ...], bool]],
+        sql: str,
+        params: tuple[object, ...],
+        shapes: tuple[bool | None, ...],
         future: asyncio.Future[Any],
         loop: asyncio.AbstractEventLoop,
     ):
-        super().__init__("", (), False, future, loop)
-        self.parts = parts
+        super().__init__(sql, params, True, future, loop)
+        self.shapes = shapes
 
 
 class _Stop(_Job):
@@ -401,23 +407,34 @@ class SQLiteStorage:
         return rows
 
     async def read_many(self, reads: Sequence[Read]) -> list[ReadResult]:
-        """Every read in one hand-off to the reader thread (optional protocol extension)."""
-        parts: list[tuple[str, tuple[object, ...], bool]] = []
+        """Every read in one statement, handed to the reader thread at once (optional
+        protocol extension). One statement of one row: SQLite hands the GIL back to the
+        event loop at each step of a statement, and the loop pays for every hand-off."""
+        columns: list[str] = []
+        params: list[object] = []
+        shapes: list[bool | None] = []
         empty: set[int] = set()  # scans with limit 0: nothing to ask the database
         for i, read in enumerate(reads):
             if isinstance(read, Get):
                 _check_key(read.key)
-                parts.append((_SQL_GET, (read.key,), True))
+                columns.append(_SQL_GET_COLUMN)
+                params.append(read.key)
+                shapes.append(None)
                 continue
             query = _scan_query(read.prefix, read.start, read.end, read.limit, read.reverse)
             if query is None:
                 empty.add(i)
-            else:
-                parts.append((query[0], query[1], False))
+                continue
+            columns.append(_SQL_SCAN_COLUMN.format(query[0]))
+            params += query[1]
+            shapes.append(read.reverse)
         self._raise_if_closed()
+        if not columns:
+            return [[] for _ in reads]
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        self._reader.submit(_ReadManyJob(parts, future, loop))
+        sql = _SQL_READ_MANY.format(", ".join(columns))
+        self._reader.submit(_ReadManyJob(sql, tuple(params), tuple(shapes), future, loop))
         found: list[ReadResult] = await future
         if empty:
             rest = iter(found)
@@ -669,11 +686,13 @@ class SQLiteStorage:
                 # fetchall() steps each statement to the end, so no read
                 # transaction stays open to pin an old WAL snapshot.
                 if isinstance(job, _ReadManyJob):
-                    found: list[object] = []
-                    for sql, params, single in job.parts:
-                        rows = execute(sql, params).fetchall()
-                        found.append((rows[0][0] if rows else None) if single else rows)
-                    outcomes.append(found)
+                    row = execute(job.sql, job.params).fetchone()
+                    outcomes.append(
+                        [
+                            value if reverse is None else _decode_rows(value, reverse)
+                            for value, reverse in zip(row, job.shapes, strict=True)
+                        ]
+                    )
                     continue
                 rows = execute(job.sql, job.params).fetchall()
             except Exception as exc:
@@ -751,6 +770,14 @@ def _scan_query(
         return None
     params = (lower, limit) if upper is None else (lower, upper, limit)
     return _SQL_SCAN[upper is not None, reverse], params
+
+
+def _decode_rows(text: str, reverse: bool) -> list[tuple[str, bytes]]:
+    """A scan column of :data:`_SQL_READ_MANY`, in key order (sorted here: SQLite does
+    not promise an aggregate keeps the order of the rows it reads)."""
+    rows = [(key, bytes.fromhex(value)) for key, value in json.loads(text)]
+    rows.sort(reverse=reverse)  # code point order is UTF-8 byte order; keys are unique
+    return rows
 
 
 def _check_key(key: str) -> None:
