@@ -203,6 +203,8 @@ def prefix_end(prefix: str) -> str | None:
     Surrogates are skipped because they have no UTF-8 encoding, so a bound
     containing one could not be handed to a byte-ordered database.
     """
+    if prefix and ord(prefix[-1]) < 0xD7FF:  # the common case: bump the last character
+        return prefix[:-1] + chr(ord(prefix[-1]) + 1)
     chars = list(prefix)
     while chars:
         last = ord(chars[-1])

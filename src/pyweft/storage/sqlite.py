@@ -793,8 +793,10 @@ def _check_key(key: str) -> None:
 def _check_ops(ops: Sequence[Op]) -> None:
     for op in ops:
         if isinstance(op, Put):
-            if not isinstance(op.value, bytes):
+            if type(op.value) is not bytes and not isinstance(op.value, bytes):
                 raise TypeError(f"Put value for {op.key!r} must be bytes, got {type(op.value)}")
         elif not isinstance(op, Delete):
             raise TypeError(f"batch ops must be Put or Delete, got {type(op)}")
-        _check_key(op.key)
+        key = op.key
+        if type(key) is not str or not key.isascii():  # the engine's keys: ASCII str
+            _check_key(key)
