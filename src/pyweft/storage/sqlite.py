@@ -639,7 +639,7 @@ class SQLiteStorage:
             stored: dict[str, bytes] = {}
             for i in range(0, len(wanted), _CHUNK):
                 part = wanted[i : i + _CHUNK]
-                (found,) = execute(_sql_in(_SQL_GET_IN, len(part)), part).fetchone()
+                ((found,),) = execute(_sql_in(_SQL_GET_IN, len(part)), part).fetchall()
                 stored.update((k, bytes.fromhex(v)) for k, v in json.loads(found).items())
             written: dict[str, bytes | None] = {}  # each key's last write in this group
             for job in jobs:
@@ -686,7 +686,8 @@ class SQLiteStorage:
                 # fetchall() steps each statement to the end, so no read
                 # transaction stays open to pin an old WAL snapshot.
                 if isinstance(job, _ReadManyJob):
-                    row = execute(job.sql, job.params).fetchone()
+                    # fetchall(): stepped to the end, so no read transaction stays open.
+                    (row,) = execute(job.sql, job.params).fetchall()
                     outcomes.append(
                         [
                             value if reverse is None else _decode_rows(value, reverse)
