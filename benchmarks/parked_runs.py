@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/parked_runs.py sqlite [--runs 100000] [--idle-s 30]
     .venv/bin/python benchmarks/parked_runs.py postgres [--runs 100000] [--url ...]
+        [--ownership none|lease|workflow-lease]
     .venv/bin/python benchmarks/parked_runs.py pg-idle [--runs 1000 5000] [--engines 3]
 
 ``sqlite`` / ``postgres``: one engine parks ``--runs`` runs and shuts down; a fresh
@@ -35,6 +36,7 @@ from pyweft import Engine, WorkflowContext, workflow
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 drained = 0
+SENDERS = 512  # signals in flight at once while draining
 
 
 @workflow(name="parked_on_signal")
@@ -81,11 +83,11 @@ async def park(url: str, n: int, prefix: str = "p", **kw: Any) -> float:
     return rate
 
 
-async def measure(url: str, n: int, idle_s: float) -> dict[str, Any]:
+async def measure(url: str, n: int, idle_s: float, **kw: Any) -> dict[str, Any]:
     """In a fresh process: open over ``n`` parked runs, idle, then drain them."""
     out: dict[str, Any] = {"rss_before_open_mb": rss_mb()}
     t0 = time.perf_counter()
-    engine = Engine(url, workflows=[parked_on_signal])
+    engine = Engine(url, workflows=[parked_on_signal], **kw)
     await engine.open()
     out["open_s"] = time.perf_counter() - t0
     core = engine._core
@@ -99,13 +101,16 @@ async def measure(url: str, n: int, idle_s: float) -> dict[str, Any]:
     out["idle_cpu_pct"] = (cpu_s() - c0) / (time.perf_counter() - w0) * 100
     out["rss_mb"] = rss_mb()
     t1 = time.perf_counter()
-    limit = asyncio.Semaphore(512)
+    # A fleet of SENDERS concurrent clients, each signalling its share one after another
+    # (as a fleet of request handlers would), rather than n tasks queued on a semaphore,
+    # whose wake-ups would cost the process more than the engine's own work.
+    todo = iter(range(n))
 
-    async def send(i: int) -> None:
-        async with limit:
+    async def sender() -> None:
+        for i in todo:
             await engine.signal(f"p{i}", "go", i)
 
-    await asyncio.gather(*(send(i) for i in range(n)))
+    await asyncio.gather(*(sender() for _ in range(SENDERS)))
     out["sent_s"] = time.perf_counter() - t1
     while drained < n:
         await asyncio.sleep(0.01)
@@ -139,7 +144,7 @@ def report(store: str, n: int, setup: float, m: dict[str, Any]) -> None:
     print(f"    {m['sent_s']:.1f} s); peak RSS {m['peak_rss_mb']:.0f} MB")
 
 
-def bench_store(store: str, n: int, idle_s: float, base: str) -> None:
+def bench_store(store: str, n: int, idle_s: float, base: str, ownership: str | None) -> None:
     import psycopg
     from psycopg import sql
 
@@ -150,8 +155,10 @@ def bench_store(store: str, n: int, idle_s: float, base: str) -> None:
         schema = f"pyweft_bench_parked_{uuid.uuid4().hex[:8]}"
         url = with_query(base, schema=schema)
     try:
-        setup = asyncio.run(park(url, n))
-        report(store, n, setup, child(["--measure", url, str(n), str(idle_s)]))
+        kw = {} if ownership is None else {"ownership": ownership}
+        setup = asyncio.run(park(url, n, **kw))
+        m = child(["--measure", url, str(n), str(idle_s), *([ownership] if ownership else [])])
+        report(f"{store} (ownership={ownership or 'default'})", n, setup, m)
     finally:
         if schema is not None:
             with psycopg.connect(base, autocommit=True) as conn:
@@ -236,7 +243,8 @@ def pg_idle(base: str, counts: list[int], engines: int, idle_s: float) -> None:
 def main() -> None:
     if sys.argv[1:2] == ["--measure"]:
         url, n, idle_s = sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
-        print(json.dumps(asyncio.run(measure(url, n, idle_s))))
+        kw = {"ownership": sys.argv[5]} if len(sys.argv) > 5 else {}
+        print(json.dumps(asyncio.run(measure(url, n, idle_s, **kw))))
         return
     if sys.argv[1:2] == ["--pg-engine"]:
         asyncio.run(pg_engine(sys.argv[2], sys.argv[3], int(sys.argv[4])))
@@ -247,11 +255,18 @@ def main() -> None:
     parser.add_argument("--idle-s", type=float, default=30.0)
     parser.add_argument("--engines", type=int, default=3)
     parser.add_argument("--url", default=os.environ.get("PYWEFT_TEST_POSTGRES_URL", DEFAULT_URL))
+    parser.add_argument(
+        "--ownership",
+        choices=["none", "lease", "workflow-lease"],
+        default=None,
+        help="Engine(ownership=...) for sqlite/postgres; default: the store's default",
+    )
     args = parser.parse_args()
     if args.scenario == "pg-idle":
         pg_idle(args.url, args.runs or [1000, 5000], args.engines, args.idle_s)
     else:
-        bench_store(args.scenario, (args.runs or [100_000])[0], args.idle_s, args.url)
+        runs = (args.runs or [100_000])[0]
+        bench_store(args.scenario, runs, args.idle_s, args.url, args.ownership)
 
 
 if __name__ == "__main__":

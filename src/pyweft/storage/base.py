@@ -113,6 +113,66 @@ class CountingStorage(Storage, Protocol):
     async def count(self, prefix: str) -> int: ...
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Get:
+    """A read of one key, for :func:`read_many`."""
+
+    key: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Scan:
+    """A range read, for :func:`read_many`; the fields mean what ``Storage.scan``'s do."""
+
+    prefix: str
+    start: str | None = None
+    end: str | None = None
+    limit: int | None = None
+    reverse: bool = False
+
+
+Read = Get | Scan
+ReadResult = bytes | None | list[tuple[str, bytes]]
+
+
+class MultiReadStorage(Storage, Protocol):
+    """Optional extension: serve several reads in one trip to the store.
+
+    ``read_many(reads)`` returns, in order, what ``get`` (for a :class:`Get`) or
+    ``scan`` (for a :class:`Scan`) would have returned, with their errors. Each
+    read sees the store as a read of its own would; no snapshot is shared between
+    them. The engine uses it where one step needs several reads at once (a signal
+    send, loading a run), to pay one hand-off to the store instead of several.
+    """
+
+    async def read_many(self, reads: Sequence[Read]) -> list[ReadResult]: ...
+
+
+async def read_many(storage: Storage, reads: Sequence[Read]) -> list[ReadResult]:
+    """``reads`` in one trip where the adapter can (:class:`MultiReadStorage`), else one
+    after another through ``get`` and ``scan`` (so wrappers that inject faults or count
+    calls see each read)."""
+    many = getattr(storage, "read_many", None)
+    if many is not None:
+        results: list[ReadResult] = await many(reads)
+        return results
+    out: list[ReadResult] = []
+    for read in reads:
+        if isinstance(read, Get):
+            out.append(await storage.get(read.key))
+        else:
+            out.append(
+                await storage.scan(
+                    read.prefix,
+                    start=read.start,
+                    end=read.end,
+                    limit=read.limit,
+                    reverse=read.reverse,
+                )
+            )
+    return out
+
+
 Unlisten = Callable[[], Awaitable[None]]
 
 
@@ -143,6 +203,8 @@ def prefix_end(prefix: str) -> str | None:
     Surrogates are skipped because they have no UTF-8 encoding, so a bound
     containing one could not be handed to a byte-ordered database.
     """
+    if prefix and ord(prefix[-1]) < 0xD7FF:  # the common case: bump the last character
+        return prefix[:-1] + chr(ord(prefix[-1]) + 1)
     chars = list(prefix)
     while chars:
         last = ord(chars[-1])

@@ -55,8 +55,11 @@ from pyweft.storage import pg_listen
 from pyweft.storage.base import (
     Delete,
     Expect,
+    Get,
     Op,
     Put,
+    Read,
+    ReadResult,
     StorageCapabilities,
     Unlisten,
     prefix_end,
@@ -167,6 +170,11 @@ _SQL_GET = "SELECT value FROM {kv} WHERE key = %s"
 _SQL_GET_MANY = "SELECT key, value FROM {kv} WHERE key = ANY(%s::text[])"
 # Formatted with the lower bound's operator, an upper bound and the order. LIMIT NULL: all.
 _SQL_SCAN = "SELECT key, value FROM {{kv}} WHERE key {} %s{} ORDER BY key{} LIMIT %s"
+# read_many: every read one branch of a UNION ALL, its rows tagged with the read's index.
+_SQL_GETS_TAGGED = "(SELECT -1, key, value FROM {kv} WHERE key = ANY(%s::text[]))"
+_SQL_SCAN_TAGGED = (
+    "(SELECT %s::int4, key, value FROM {{kv}} WHERE key {} %s{} ORDER BY key{} LIMIT %s)"
+)
 
 _CAPABILITIES = StorageCapabilities(persistence="remote", durable_commit=True)
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
@@ -250,6 +258,13 @@ class PostgresStorage:
             for high in ("", " AND key < %s", " AND key <= %s")
             for rev in ("", " DESC")
         }
+        self._sql_gets_tagged = _render(_SQL_GETS_TAGGED, names)
+        self._sql_scan_tagged = {
+            (low, high, rev): _render(_SQL_SCAN_TAGGED.format(low, high, rev), names)
+            for low in (">=", ">")
+            for high in ("", " AND key < %s", " AND key <= %s")
+            for rev in ("", " DESC")
+        }
         self._writes = Coalescer(self._send_group, max_inflight=max_inflight_writes)
         # Reads made while others are in flight go together, many keys to a statement.
         self._reads = Coalescer(
@@ -299,26 +314,48 @@ class PostgresStorage:
         limit: int | None = None,
         reverse: bool = False,
     ) -> list[tuple[str, bytes]]:
-        lower = _check_key(prefix) if start is None else max(prefix, _check_key(start))
-        upper = prefix_end(_check_key(prefix))
-        if end is not None:
-            upper = _check_key(end) if upper is None else min(upper, _check_key(end))
-        if limit is not None and limit < 0:
-            raise ValueError(f"scan limit must be >= 0, got {limit}")
-        if limit == 0 or "\0" in prefix:
+        bounds = _scan_bounds(prefix, start, end, limit, reverse)
+        if bounds is None:
             self._raise_if_closed()
             return []
-        # Stored keys never hold NUL, so a bound such as "k\0" (the engine's
-        # "just after k") means: > "k" as a start, <= "k" as an end.
-        lower_op, upper_op = ">=", "" if upper is None else " AND key < %s"
-        if "\0" in lower:
-            lower_op, lower = ">", lower[: lower.index("\0")]
-        if upper is not None and "\0" in upper:
-            upper_op, upper = " AND key <= %s", upper[: upper.index("\0")]
-        params = (lower, limit) if upper is None else (lower, upper, limit)
-        query = self._sql_scan[lower_op, upper_op, " DESC" if reverse else ""]
-        rows = await self._execute("scan", query, params, idempotent=True)
+        shape, params = bounds
+        rows = await self._execute("scan", self._sql_scan[shape], params, idempotent=True)
         return [(key, bytes(value)) for key, value in rows]
+
+    async def read_many(self, reads: Sequence[Read]) -> list[ReadResult]:
+        """Every read in one statement, one round trip (optional protocol extension):
+        a UNION ALL whose branches tag their rows with the read they answer."""
+        self._raise_if_closed()
+        gets = [r.key for r in reads if isinstance(r, Get) and "\0" not in _check_key(r.key)]
+        branches: list[bytes] = []
+        params: list[Any] = []
+        if gets:
+            branches.append(self._sql_gets_tagged)
+            params.append(_array(_TEXT, (key.encode() for key in set(gets))))
+        scans: dict[int, bool] = {}  # read index -> reverse
+        for i, r in enumerate(reads):
+            if isinstance(r, Get):
+                continue
+            bounds = _scan_bounds(r.prefix, r.start, r.end, r.limit, r.reverse)
+            if bounds is not None:
+                branches.append(self._sql_scan_tagged[bounds[0]])
+                params += (i, *bounds[1])
+                scans[i] = r.reverse
+        found: dict[str, bytes] = {}
+        scanned: dict[int, list[tuple[str, bytes]]] = {i: [] for i in scans}
+        if branches:
+            query = b" UNION ALL ".join(branches)
+            for tag, key, value in await self._execute("read", query, params, idempotent=True):
+                if tag < 0:
+                    found[key] = bytes(value)
+                else:
+                    scanned[tag].append((key, bytes(value)))
+        for i, reverse in scans.items():
+            scanned[i].sort(reverse=reverse)  # UNION ALL promises no order across branches
+        return [
+            found.get(r.key) if isinstance(r, Get) else scanned.get(i, [])
+            for i, r in enumerate(reads)
+        ]
 
     async def batch(self, ops: Sequence[Op]) -> None:
         await self._write((), ops)
@@ -680,6 +717,29 @@ async def _check_idle(conn: Conn) -> None:
     if readable:
         await conn.close()  # so that the pool discards it instead of handing it out again
         raise psycopg.OperationalError("the server closed this idle connection")
+
+
+def _scan_bounds(
+    prefix: str, start: str | None, end: str | None, limit: int | None, reverse: bool
+) -> tuple[tuple[str, str, str], tuple[Any, ...]] | None:
+    """The shape of a scan's statement and its parameters; ``None`` if it finds nothing."""
+    lower = _check_key(prefix) if start is None else max(prefix, _check_key(start))
+    upper = prefix_end(_check_key(prefix))
+    if end is not None:
+        upper = _check_key(end) if upper is None else min(upper, _check_key(end))
+    if limit is not None and limit < 0:
+        raise ValueError(f"scan limit must be >= 0, got {limit}")
+    if limit == 0 or "\0" in prefix:
+        return None
+    # Stored keys never hold NUL, so a bound such as "k\0" (the engine's
+    # "just after k") means: > "k" as a start, <= "k" as an end.
+    lower_op, upper_op = ">=", "" if upper is None else " AND key < %s"
+    if "\0" in lower:
+        lower_op, lower = ">", lower[: lower.index("\0")]
+    if upper is not None and "\0" in upper:
+        upper_op, upper = " AND key <= %s", upper[: upper.index("\0")]
+    params = (lower, limit) if upper is None else (lower, upper, limit)
+    return (lower_op, upper_op, " DESC" if reverse else ""), params
 
 
 def _check_key(key: str) -> str:

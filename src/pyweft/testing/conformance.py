@@ -27,7 +27,16 @@ from pathlib import Path
 import pytest
 
 from pyweft.errors import StorageClosedError, StorageError
-from pyweft.storage.base import Delete, Expect, Op, Put, Storage, StorageCapabilities
+from pyweft.storage.base import (
+    Delete,
+    Expect,
+    Get,
+    Op,
+    Put,
+    Scan,
+    Storage,
+    StorageCapabilities,
+)
 
 # Deliberately awkward neighbours: numbers that sort as text, the characters on
 # either side of ":", and a non-ASCII key that must sort by its UTF-8 bytes.
@@ -123,6 +132,30 @@ class StorageConformance(ABC):
         await storage.batch([Put(key=k, value=b"") for k in ("c:1", "c:2", "c:10", "cd", "b")])
         for prefix in ("c:", "c", "", "zz"):
             assert await count(prefix) == len(await storage.scan(prefix)), prefix
+
+    async def test_read_many_when_offered_answers_as_gets_and_scans(self, storage: Storage) -> None:
+        read_many = getattr(storage, "read_many", None)
+        if read_many is None:
+            return  # an optional extension; nothing to check
+        await self._seed_scan_keys(storage)
+        reads: list[Get | Scan] = [
+            Get(key="a:1"),
+            Get(key="absent"),
+            Scan(prefix="a:"),
+            Scan(prefix="a:", limit=0),
+            Scan(prefix="", start="a:", end="a:~", reverse=True, limit=2),
+            Scan(prefix="none:"),
+        ]
+        expected = [
+            await storage.get("a:1"),
+            None,
+            await storage.scan("a:"),
+            [],
+            await storage.scan("", start="a:", end="a:~", reverse=True, limit=2),
+            [],
+        ]
+        assert await read_many(reads) == expected
+        assert await read_many([]) == []
 
     async def test_scan_with_an_empty_prefix_returns_every_key(self, storage: Storage) -> None:
         await self._seed_scan_keys(storage)

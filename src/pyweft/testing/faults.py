@@ -400,7 +400,9 @@ class FaultyStorage:
     def __getattr__(self, name: str) -> Any:
         # Optional extensions and adapter attributes (listen/notify, path...) pass
         # through; ``count`` is a read, so it can fault like one.
-        if name.startswith("_"):
+        if name.startswith("_") or name == "read_many":
+            # Without read_many the engine reads one key or range at a time, and each
+            # of those reads can fault on its own.
             raise AttributeError(name)
         attr = getattr(self._inner, name)
         if name == "count":

@@ -233,7 +233,15 @@ class EngineCore:
     async def _adopt(
         self, services: RunServices, workflow_id: str, *, force: bool, recovering: bool
     ) -> bool:
-        state = await quarantine.state(self, workflow_id)  # None if gone or quarantined
+        claims = self.claims
+        loaded = None
+        if claims is None or workflow_id in claims.claims:
+            # Ours already (an evicted run, or one engine drives them all): one read
+            # serves the checks below and the replay.
+            loaded = await quarantine.load(self, workflow_id)  # None if gone or quarantined
+            state = loaded.state if loaded is not None else None
+        else:
+            state = await quarantine.state(self, workflow_id)  # None if gone or quarantined
         if state is None or state.status not in ("running", "blocked"):
             return False
         definition = self.workflows.get(state.type)
@@ -246,19 +254,20 @@ class EngineCore:
             if state.status == "running":
                 await self._version_mismatch(state, definition, recovering=recovering)
             return False
-        claims = self.claims
         if state.status == "blocked":
             if (not force and workflow_id in self.blocked_here) or not await self._unblock(
                 workflow_id
             ):
                 return False
+            loaded = None  # unblocking rewrote its state: read it again
         elif (
             claims is not None
             and workflow_id not in claims.claims
             and not await claims.acquire(workflow_id)
         ):
             return False
-        loaded = await quarantine.load(self, workflow_id)  # None if quarantined
+        if loaded is None:
+            loaded = await quarantine.load(self, workflow_id)  # None if quarantined
         if loaded is None or loaded.state.status != "running" or workflow_id in self.runs:
             if claims is not None and workflow_id not in self.runs:
                 await claims.release_all_of([workflow_id])
@@ -279,6 +288,8 @@ class EngineCore:
                 if step not in loaded.journal  # stored after all: the journal has it
             },
         )
+        for name, buffered in loaded.signals.items():
+            run.signal_cache[name] = buffered[::-1]  # the oldest last: taken first
         self.blocked_here.discard(workflow_id)
         self.launch(run)
         return True

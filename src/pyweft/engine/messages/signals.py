@@ -13,14 +13,14 @@ from __future__ import annotations
 import asyncio
 import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pyweft.engine.replay import keys, records, waits
 from pyweft.engine.replay.operations import operation
 from pyweft.engine.replay.records import SignalRecord, StepRecord, WorkflowState
 from pyweft.engine.replay.run import Run, RunServices
 from pyweft.errors import WorkflowTerminalError
-from pyweft.storage.base import Delete, Expect, Op, Put
+from pyweft.storage.base import Delete, Expect, Get, Op, Put, read_many
 
 if TYPE_CHECKING:
     from pyweft.engine.replay.residency import Residency
@@ -184,17 +184,21 @@ class SignalSender:
 
         storage = self.services.storage
         accepted = keys.signal_accepted(workflow_id, name, signal_id) if signal_id else None
+        state_key, seq_key = keys.wf(workflow_id), keys.signal_seq(workflow_id)
+        # One trip to the store for every read the send needs.
+        reads = [Get(key=state_key), Get(key=seq_key)]
+        if accepted is not None:
+            reads.insert(1, Get(key=accepted))
         for _ in range(_MAX_SEND_ATTEMPTS):
-            state_raw = await storage.get(keys.wf(workflow_id))
+            found = cast("list[bytes | None]", await read_many(storage, reads))
+            state_raw, seq_raw = found[0], found[-1]
             if state_raw is None:
                 raise not_found(workflow_id)
             state = records.decode_state(state_raw)
             if state.status in records.TERMINAL_STATUSES:
                 raise terminal_error(state, f"signal {name!r}")
-            if accepted is not None and await storage.get(accepted) is not None:
+            if accepted is not None and found[1] is not None:
                 return False
-            seq_key = keys.signal_seq(workflow_id)
-            seq_raw = await storage.get(seq_key)
             seq = int(seq_raw or b"0") + 1
             key = keys.signal(workflow_id, name, seq)
             raw = records.encode(
@@ -212,7 +216,7 @@ class SignalSender:
                 *extra,
             ]
             conds = [
-                Expect(key=keys.wf(workflow_id), value=state_raw),
+                Expect(key=state_key, value=state_raw),
                 Expect(key=seq_key, value=seq_raw),
             ]
             if accepted is not None:

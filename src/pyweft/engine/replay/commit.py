@@ -94,4 +94,4 @@ class Committer:
 
 
 def _leaves_wake_marker(ops: Sequence[Op]) -> bool:
-    return any(isinstance(op, Put) and op.key.startswith("wake:") for op in ops)
+    return any(op.key.startswith("wake:") and isinstance(op, Put) for op in ops)

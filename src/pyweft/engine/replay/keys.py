@@ -106,8 +106,13 @@ def _show(value: object) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+_PLAIN = re.compile(r"[A-Za-z0-9_.~-]*").fullmatch
+
+
 def enc(part: str) -> str:
     """Percent-encode one key component (reversible, order-preserving per byte)."""
+    if _PLAIN(part) is not None:
+        return part  # nothing to escape: the common case, on every key the engine builds
     try:
         return quote(part, safe="")
     except UnicodeEncodeError:

@@ -102,7 +102,7 @@ async def load(core: EngineCore, workflow_id: str) -> LoadedRun | None:
     if workflow_id in memo.skipped:
         return None
     try:
-        loaded = await load_run(core.storage, workflow_id)
+        loaded = await load_run(core.storage, workflow_id, signals=True)
     except CorruptRecordError as exc:
         await report(core, workflow_id, exc)
         return None

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from pyweft.engine.replay import keys, records
 from pyweft.engine.replay.records import AppliedUpdate, PendingStep, StepRecord, WorkflowState
-from pyweft.storage.base import Storage
+from pyweft.storage.base import Scan, Storage, read_many
 
 _PAGE = 1000
+_SIGNAL_PAGE = 256
 
 
 @dataclass(slots=True)
@@ -30,6 +31,9 @@ class LoadedRun:
     version_pins: dict[str, int] = field(default_factory=dict)
     attributes: dict[str, Any] = field(default_factory=dict)
     attributes_raw: bytes | None = None
+    signals: dict[str, list[tuple[str, bytes]]] = field(default_factory=dict)
+    """Buffered signals by name, oldest first (read only with ``signals=True``): for each
+    name present, its oldest signals, but not necessarily all of them."""
 
 
 @dataclass(slots=True)
@@ -68,13 +72,35 @@ async def ids_with_status(storage: Storage, status: str) -> list[str]:
         start = rows[-1][0] + "\x00"
 
 
-async def load_run(storage: Storage, workflow_id: str) -> LoadedRun | None:
+async def load_run(
+    storage: Storage, workflow_id: str, *, signals: bool = False
+) -> LoadedRun | None:
     """The state, journal and open steps of one run, read in a single scan.
 
+    ``signals``: also read the run's buffered signals (up to a page of them), in the
+    same trip to the store, for a run about to be driven: a run woken by a signal then
+    finds it without another read.
     Raises ``CorruptRecordError`` naming the first record that cannot be decoded.
     """
     prefix, start, end = keys.run_range(workflow_id)
-    rows = await storage.scan(prefix, start=start, end=end)
+    buffered: dict[str, list[tuple[str, bytes]]] = {}
+    if signals:
+        sig_prefix = keys.signal_prefix(workflow_id)
+        rows, sig_rows = cast(
+            "list[list[tuple[str, bytes]]]",
+            await read_many(
+                storage,
+                [
+                    Scan(prefix=prefix, start=start, end=end),
+                    Scan(prefix=sig_prefix, limit=_SIGNAL_PAGE),
+                ],
+            ),
+        )
+        for key, value in sig_rows:
+            name = keys.dec(key[len(sig_prefix) :].split(":", 1)[0])
+            buffered.setdefault(name, []).append((key, value))
+    else:
+        rows = await storage.scan(prefix, start=start, end=end)
     state_raw: bytes | None = None
     journal: dict[int, StepRecord] = {}
     pendings: dict[int, PendingStep] = {}
@@ -109,4 +135,5 @@ async def load_run(storage: Storage, workflow_id: str) -> LoadedRun | None:
         pins,
         records.decode_attributes(attrs_raw, key=prefix + ":attrs") if attrs_raw else {},
         attrs_raw,
+        buffered,
     )

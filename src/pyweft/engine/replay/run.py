@@ -244,8 +244,7 @@ class Run:
         self.attributes: dict[str, Any] = dict(attributes or {})
         # ctx.now(): the time the latest step the workflow saw was recorded; replay-stable.
         self.logical_now = state.generation_started_at or state.created_at
-        seed = hashlib.sha256(f"{state.id}\x00{state.generation}".encode()).digest()
-        self.rng = random.Random(int.from_bytes(seed[:8], "big"))
+        self._rng: random.Random | None = None  # seeded on first use: most runs never ask
         # Activity outcomes whose commit failed for a transient reason (in this run's
         # earlier life in this engine): committed at their step instead of running the
         # activity again. ``unsaved`` collects them; ``carried`` hands them to replay.
@@ -256,6 +255,14 @@ class Run:
         for u in sorted(applied or (), key=lambda u: (u.boundary, u.index)):
             self.recorded_updates.setdefault(u.boundary, []).append(u)
             self.update_index[u.boundary] = u.index + 1
+
+    @property
+    def rng(self) -> random.Random:
+        """The run's replay-stable random source, seeded by its id and generation."""
+        if self._rng is None:
+            seed = hashlib.sha256(f"{self.id}\x00{self.state.generation}".encode()).digest()
+            self._rng = random.Random(int.from_bytes(seed[:8], "big"))
+        return self._rng
 
     # --- step allocation and replay -------------------------------------------------
 
@@ -845,8 +852,7 @@ class Run:
         self.query_handlers, self.update_handlers = {}, {}
         self._next_step = 0
         self.logical_now = now
-        seed = hashlib.sha256(f"{self.id}\x00{self.state.generation}".encode()).digest()
-        self.rng = random.Random(int.from_bytes(seed[:8], "big"))
+        self._rng = None  # the new generation's sequence, seeded on first use
         if plan is not None and plan.asked and host is not None:
             await host.close_children(self.id, plan.asked)
 
