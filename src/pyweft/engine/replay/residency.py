@@ -50,6 +50,7 @@ _PAGE = 5000
 _MARK_BATCH = 500
 _WARM_CONCURRENCY = 64
 _ADOPT_CONCURRENCY = 8  # runs just taken over, replayed in the background
+_BUSY_RETRY_S = 0.05  # a parked run kept in memory by a write under way: look again then
 _RETRY_S = 1.0  # a restore that failed on a storage error is tried again this much later
 
 
@@ -140,14 +141,36 @@ class Residency:
             return
         excess = self._resident() - self.max_cached_runs
         chosen: list[Run] = []
+        later: list[str] = []
         while excess > 0 and self._idle:
             workflow_id, _ = self._idle.popitem(last=False)
             run = self._core.runs.get(workflow_id)
-            if run is not None and self._evictable(run):
+            if run is None:
+                continue
+            if self._evictable(run):
                 chosen.append(run)
                 excess -= 1
+            elif self._briefly_busy(run):
+                later.append(workflow_id)
         if chosen:
             self._spawn(self._evict(chosen))
+        if later:
+            # Parked, but a write for it (an update's answer, a message) is in flight: no
+            # later park would bring it back here, so look again shortly.
+            for workflow_id in later:
+                self._idle[workflow_id] = None
+            asyncio.get_running_loop().call_later(_BUSY_RETRY_S, self._maybe_sweep)
+
+    def _briefly_busy(self, run: Run) -> bool:
+        """Parked and kept in memory only by a write under way (it will be evictable)."""
+        return (
+            run.idle
+            and run.task is not None
+            and not run.done.done()
+            and not (run.stopping or run.cancel_requested or run.terminating or run.fatal)
+            and run.id not in self._evicting
+            and bool(run.staged or run.update_lock.locked() or self._sending.get(run.id))
+        )
 
     async def _evict(self, runs: list[Run]) -> None:
         seqs = {run.id: run.wake_seq for run in runs}
