@@ -88,6 +88,22 @@ async def test_signal_id_makes_sending_idempotent(backend: Backend) -> None:
         assert await handle.result(timeout=5) == ["once", "twice"]
 
 
+async def test_resending_an_accepted_signal_id_after_the_run_ended_is_a_duplicate(
+    backend: Backend,
+) -> None:
+    """A client retrying a send whose reply it lost must not fail because the run
+    consumed the signal and finished meanwhile; a new signal_id still fails."""
+    async with backend.engine(workflows=[collector]) as engine:
+        handle = await engine.start(collector, 1, id="ended")
+        await engine.signal("ended", "item", "only", signal_id="order-7")
+        assert await handle.result(timeout=5) == ["only"]
+        await engine.signal("ended", "item", "only", signal_id="order-7")  # no error
+        with pytest.raises(WorkflowTerminalError):
+            await engine.signal("ended", "item", "new", signal_id="order-8")
+        with pytest.raises(WorkflowTerminalError):
+            await engine.signal("ended", "item", "unkeyed")
+
+
 async def test_signal_ids_with_separators_do_not_collide(backend: Backend) -> None:
     async with backend.engine(workflows=[collector]) as engine:
         handle = await engine.start(collector, 3, id="sep")

@@ -194,11 +194,11 @@ class SignalSender:
             state_raw, seq_raw = found[0], found[-1]
             if state_raw is None:
                 raise not_found(workflow_id)
+            if accepted is not None and found[1] is not None:
+                return False  # a resend: accepted before, even if the run has ended since
             state = records.decode_state(state_raw)
             if state.status in records.TERMINAL_STATUSES:
                 raise terminal_error(state, f"signal {name!r}")
-            if accepted is not None and found[1] is not None:
-                return False
             seq = int(seq_raw or b"0") + 1
             key = keys.signal(workflow_id, name, seq)
             raw = records.encode(
