@@ -18,14 +18,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from pyweft.engine.messages import run_queries
 from pyweft.engine.replay import keys, quarantine, records
 from pyweft.engine.replay.commit import WAKE_TOPIC
 from pyweft.engine.replay.run import Run
 from pyweft.errors import CorruptRecordError
-from pyweft.storage.base import Delete, Expect, Unlisten
+from pyweft.storage.base import Delete, Expect, Get, Unlisten, read_many
 
 if TYPE_CHECKING:
     from pyweft.engine.control.core import EngineCore
@@ -143,7 +143,12 @@ class WakeupPoller:
 
 async def wake(core: EngineCore, run: Run) -> None:
     """Bring a live run up to date with its stored state, then let it look again."""
-    raw = await core.storage.get(keys.wf(run.id))
+    # One trip to the store for both records (a wake-up is on the path of every message
+    # and async completion that comes from another process).
+    found = await read_many(
+        core.storage, [Get(key=keys.wf(run.id)), Get(key=keys.attributes(run.id))]
+    )
+    raw, attrs_raw = cast("bytes | None", found[0]), cast("bytes | None", found[1])
     if raw is not None and raw != run.state_raw:
         state = records.decode_state(raw, key=keys.wf(run.id))
         if state.status != "running":
@@ -151,7 +156,6 @@ async def wake(core: EngineCore, run: Run) -> None:
             run.tear_down(f"it is {state.status} in the store")
             return
         await run.adopt_state(state, raw)
-    attrs_raw = await core.storage.get(keys.attributes(run.id))
     if attrs_raw is not None:
         stored = records.decode_attributes(attrs_raw, key=keys.attributes(run.id))
         staged = keys.attributes(run.id) in run.staged
