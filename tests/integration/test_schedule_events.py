@@ -184,3 +184,16 @@ async def test_history_of_a_scheduled_run_says_which_schedule_and_occurrence() -
     scheduled = [e for e in history.events if e.kind == "scheduled"]
     assert [e.detail for e in scheduled] == ["schedule h, occurrence 2026-01-01T00:01:00Z"]
     assert history.events[0].kind == "created"
+
+
+async def test_a_jittered_schedule_keeps_firing_when_time_stops_at_each_due_key() -> None:
+    """Regression: the due key rounds the jittered due time to the microsecond; a timer
+    armed at a rounded time just below it found nothing due and re-armed forever."""
+    from pyweft.testing import TestEnv
+
+    async with TestEnv(workflows=[ev_quick], start=T0) as env:
+        await env.engine.create_schedule("j", ev_quick, every="1h", jitter="59m")
+        await env.advance("10h")  # stops the clock at every armed timer in turn
+        page = await env.engine.list(schedule_id="j")
+    assert len(page.items) in (9, 10)  # the tenth may be jittered past 10:00
+    assert all(r.status == "completed" for r in page.items)

@@ -145,11 +145,12 @@ class Firing:
         for key, _ in rows:
             due, schedule_id = srec.due_of(key)
             if schedule_id not in self._foreign:
-                # A due key holds the due time rounded to the microsecond, possibly below
-                # the exact time the planner compares with (a jittered occurrence): armed
-                # there, the pass would find nothing due yet and re-arm at the same past
-                # time forever. One microsecond later is never early.
-                when = due + 1e-6
+                # A due key holds the due time rounded to the microsecond, possibly just
+                # below the exact time the planner compares with (a jittered occurrence):
+                # a pass at that instant finds nothing due yet, and re-arming at the same
+                # past time would spin forever. Look again one microsecond later.
+                now = self._core.clock.now()
+                when = due if due > now else now + 1e-6
                 break
         self._arm_at(when)
 
