@@ -33,6 +33,16 @@ EventKind = Literal[
     "timed_out",
     "warning",
     "activity_async_pending",  # an activity waits for completion by token (data: token)
+    # Schedules (data: schedule_id, ...; workflow_id is "" unless the event is about a run):
+    "schedule_fired",  # an occurrence started its run (nominal_time, run_id, how)
+    "schedule_skipped",  # the overlap policy dropped an occurrence (nominal_time, overlap)
+    "schedule_buffered",  # the overlap policy queued an occurrence (nominal_time, waiting)
+    "schedule_missed",  # catch-up found occurrences no engine ran (count, window_start/end)
+    "schedule_created",
+    "schedule_updated",
+    "schedule_paused",
+    "schedule_resumed",
+    "schedule_deleted",
 ]
 TERMINAL_KINDS = frozenset({"completed", "failed", "cancelled", "timed_out"})
 

@@ -25,7 +25,7 @@ from pyweft.engine.control.core import EngineCore
 from pyweft.engine.messages.signals import SignalSender
 from pyweft.engine.replay import keys, records
 from pyweft.engine.replay.records import TERMINAL_STATUSES
-from pyweft.engine.schedules import planner
+from pyweft.engine.schedules import events, planner
 from pyweft.engine.schedules import records as srec
 from pyweft.engine.schedules.records import ScheduleRecord
 from pyweft.errors import CorruptRecordError, EngineDeposedError
@@ -145,7 +145,12 @@ class Firing:
         for key, _ in rows:
             due, schedule_id = srec.due_of(key)
             if schedule_id not in self._foreign:
-                when = due
+                # A due key holds the due time rounded to the microsecond, possibly just
+                # below the exact time the planner compares with (a jittered occurrence):
+                # a pass at that instant finds nothing due yet, and re-arming at the same
+                # past time would spin forever. Look again one microsecond later.
+                now = self._core.clock.now()
+                when = due if due > now else now + 1e-6
                 break
         self._arm_at(when)
 
@@ -238,13 +243,19 @@ class Firing:
                 live.add(run_id)  # pending, running, suspended and blocked all count
         return live
 
-    async def apply(self, old: ScheduleRecord, raw: bytes, change: planner.Change) -> bool:
-        """Commit ``change`` (and its run) if the record still holds ``raw``."""
+    async def apply(
+        self, old: ScheduleRecord, raw: bytes, change: planner.Change, how: str = "schedule"
+    ) -> bool:
+        """Commit ``change`` (and its run) if the record still holds ``raw``, then emit
+        its events (``how`` names who asked for the occurrence: schedule or backfill)."""
         core = self._core
         ops = write_ops(old, change.record)
         conds = [Expect(key=srec.record_key(old.id), value=raw)]
         if change.start is None:
-            return await core.committer.commit(ops, conds)
+            landed = await core.committer.commit(ops, conds)
+            if landed:
+                events.outcome(core, old, change)
+            return landed
         run_id = planner.run_id(old.id, change.start)
         _, created = await creation.create(
             core,
@@ -260,6 +271,8 @@ class Firing:
         if not created:
             return await self._already_ran(old, raw, change, run_id)
         log.info("schedule %r started run %r", old.id, run_id)
+        events.outcome(core, old, change)
+        events.fired(core, change.record, change.start, run_id, how)
         for previous in change.cancel:
             try:
                 await core.cancel_run(previous)
@@ -280,6 +293,9 @@ class Firing:
             return False  # a claim race: the next look decides again
         moved = change.record
         moved.fired = old.fired
-        return await self._core.committer.commit(
+        landed = await self._core.committer.commit(
             write_ops(old, moved), [Expect(key=srec.record_key(old.id), value=raw)]
         )
+        if landed:
+            events.outcome(self._core, old, change)
+        return landed

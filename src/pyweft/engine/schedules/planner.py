@@ -81,6 +81,8 @@ class Change:
     start: float | None = None  # nominal time of the occurrence whose run starts now
     cancel: list[str] = field(default_factory=list)
     done: bool = False  # nothing more to do until ``record.due_at``
+    skipped: float | None = None  # an occurrence the overlap policy dropped
+    buffered: float | None = None  # an occurrence the overlap policy queued
 
 
 def step(record: ScheduleRecord, now: float, live: set[str], recheck: float) -> Change:
@@ -120,9 +122,13 @@ def admit(rec: ScheduleRecord, nominal: float, now: float, recheck: float) -> Ch
     room = MAX_BUFFERED if rec.overlap == "buffer_all" else 1
     if rec.overlap in ("buffer_all", "buffer_one") and len(rec.buffered) < room:
         rec.buffered.append(nominal)
-    else:
-        rec.skipped += 1
-    return _finish(rec, now, recheck, more=True)
+        change = _finish(rec, now, recheck, more=True)
+        change.buffered = nominal
+        return change
+    rec.skipped += 1
+    change = _finish(rec, now, recheck, more=True)
+    change.skipped = nominal
+    return change
 
 
 def _catch_up(rec: ScheduleRecord, nxt: float, now: float) -> float | None:

@@ -22,8 +22,9 @@ from pyweft.engine.control import creation
 from pyweft.engine.control.core import EngineCore
 from pyweft.engine.messages.signals import SignalSender
 from pyweft.engine.replay import keys
+from pyweft.engine.replay.events import EventKind
 from pyweft.engine.replay.info import to_datetime
-from pyweft.engine.schedules import planner, spec
+from pyweft.engine.schedules import events, planner, spec
 from pyweft.engine.schedules import records as srec
 from pyweft.engine.schedules.firing import Firing, write_ops
 from pyweft.engine.schedules.records import CATCHUPS, OVERLAPS, ScheduleInfo, ScheduleRecord
@@ -173,6 +174,7 @@ class Schedules:
                 schedule_id=sid,
             )
         self.firing.kick()
+        events.emit(core, "schedule_created", record, origin=origin, paused=record.paused)
         return srec.info(record)
 
     # --- reading --------------------------------------------------------------------
@@ -248,7 +250,10 @@ class Schedules:
     # --- changing -------------------------------------------------------------------
 
     async def _change(
-        self, schedule_id: str, edit: Callable[[ScheduleRecord, float], None]
+        self,
+        schedule_id: str,
+        edit: Callable[[ScheduleRecord, float], None],
+        kind: EventKind,
     ) -> ScheduleInfo:
         """Read, edit and compare-and-swap the record, retrying when another writer won."""
         core = self._core
@@ -264,6 +269,11 @@ class Schedules:
             key = srec.record_key(old.id)
             if await core.committer.commit(write_ops(old, new), [Expect(key=key, value=raw)]):
                 self.firing.kick()
+                if kind == "schedule_paused" and len(old.buffered) > 0:
+                    events.emit(
+                        core, "schedule_skipped", new, dropped=len(old.buffered), reason="paused"
+                    )
+                events.emit(core, kind, new, origin=new.origin)
                 return srec.info(new)
 
     async def update(
@@ -324,7 +334,7 @@ class Schedules:
             if cadence is not None or zone is not None or begin is not _UNSET or end is not _UNSET:
                 rec.next_nominal = planner.first_nominal(rec, now)
 
-        return await self._change(schedule_id, edit)
+        return await self._change(schedule_id, edit, "schedule_updated")
 
     async def pause(self, schedule_id: str) -> ScheduleInfo:
         """Stop firing (buffered occurrences are dropped); ``resume`` continues from now."""
@@ -334,7 +344,7 @@ class Schedules:
             rec.skipped += len(rec.buffered)
             rec.buffered = []
 
-        return await self._change(schedule_id, edit)
+        return await self._change(schedule_id, edit, "schedule_paused")
 
     async def resume(self, schedule_id: str) -> ScheduleInfo:
         """Fire again, from the next occurrence after now (the paused ones are not run)."""
@@ -344,7 +354,7 @@ class Schedules:
                 rec.paused = False
                 rec.next_nominal = planner.first_nominal(rec, now)
 
-        return await self._change(schedule_id, edit)
+        return await self._change(schedule_id, edit, "schedule_resumed")
 
     async def delete(self, schedule_id: str) -> None:
         """Remove the schedule. Runs it started keep their provenance."""
@@ -353,6 +363,7 @@ class Schedules:
             old, raw = await self._load(schedule_id)
             key = srec.record_key(old.id)
             if await core.committer.commit(write_ops(old, None), [Expect(key=key, value=raw)]):
+                events.emit(core, "schedule_deleted", old, origin=old.origin)
                 return
 
     async def trigger(self, schedule_id: str) -> str:
@@ -379,6 +390,7 @@ class Schedules:
                 extra=(write_ops(old, new), [Expect(key=key, value=raw)]),
             )
             if created:
+                events.fired(core, new, now, run_id, "trigger")
                 return run_id
 
     async def backfill(
@@ -422,6 +434,6 @@ class Schedules:
             change = planner.admit(rec, nominal, self._core.clock.now(), firing.recheck)
             if change.start is None and change.record == old:
                 return 0
-            if await firing.apply(old, raw, change):
+            if await firing.apply(old, raw, change, how="backfill"):
                 firing.kick()
                 return 1 if change.start is not None else 0

@@ -46,7 +46,8 @@ class HistoryEvent:
     """One entry of a run's history, derived from what is stored."""
 
     at: datetime
-    kind: str  # created, step_completed, step_failed, step_open, update_applied, <terminal>
+    # created, scheduled, step_completed, step_failed, step_open, update_applied, <terminal>
+    kind: str
     step: int | None = None
     detail: str = ""
 
@@ -283,6 +284,15 @@ class Visibility:
         steps.sort(key=lambda s: s.step)
         state = loaded.state
         events = [HistoryEvent(at=to_datetime(state.created_at), kind="created", detail=state.type)]
+        if state.schedule_id is not None and state.nominal_time is not None:
+            occurrence = to_datetime(state.nominal_time).strftime("%Y-%m-%dT%H:%M:%SZ")
+            events.append(
+                HistoryEvent(
+                    at=to_datetime(state.created_at),
+                    kind="scheduled",
+                    detail=f"schedule {state.schedule_id}, occurrence {occurrence}",
+                )
+            )
         for info in steps:
             kind = {"completed": "step_completed", "failed": "step_failed"}.get(
                 info.status, "step_open"
@@ -410,6 +420,8 @@ def _event_order(event: HistoryEvent) -> tuple[datetime, float]:
     """Time first; on a tie, creation, then steps in order, then the terminal state."""
     if event.kind == "created":
         return event.at, -1.0
+    if event.kind == "scheduled":
+        return event.at, -0.75
     if event.step is None:
         return event.at, float("inf")
     return event.at, event.step - (0.5 if event.kind == "update_applied" else 0.0)
