@@ -157,6 +157,44 @@ async def _status(engine: Engine, workflow_id: str, status: str) -> bool:
         return False
 
 
+@workflow(name="careful_renewer")
+async def careful_renewer(ctx: WorkflowContext, generation: int) -> str:
+    try:  # written the way users write it: engine failures must not land here
+        await ctx.run(note, f"g{generation}")
+        await ctx.start_child(
+            napper, id=f"careful-{generation}", parent_close_policy="request_cancel"
+        )
+    except Exception:
+        await ctx.run(note, "compensated")
+        return "compensated"
+    if generation == 0:
+        await ctx.continue_as_new(1)
+    return "done"
+
+
+@pytest.mark.parametrize("outcome_unknown", [False, True], ids=["failed", "reply-lost"])
+async def test_a_failed_continue_as_new_commit_closes_the_children_once_and_carries_on(
+    outcome_unknown: bool,
+) -> None:
+    faults = FaultyStorage(MemoryStorage())
+
+    def generation_commit(ops: Sequence[Op]) -> bool:
+        return any(op.key == keys.wf("careful") for op in ops) and any(
+            op.key == keys.wf("careful-0") for op in ops
+        )
+
+    faults.fail_nth_write(match=generation_commit, outcome_unknown=outcome_unknown)
+    async with Engine(faults, workflows=[careful_renewer, napper]) as engine:
+        handle = await engine.start(careful_renewer, 0, id="careful")
+        assert await handle.result(timeout=10) == "done"
+        # Asked in the generation's commit (with a wake-up marker), whichever way it went.
+        await eventually(lambda: _status(engine, "careful-0", "cancelled"), what="closed")
+        # And generation 1's child when the run ended.
+        await eventually(lambda: _status(engine, "careful-1", "cancelled"), what="closed too")
+        assert ran == ["g0", "g1"]  # no branch the journal does not back, no step twice
+    assert faults.counts.write_failures + faults.counts.lost_replies == 1
+
+
 # --- item 7: a consumed cancel does not follow the run into its next generation ------
 
 
