@@ -7,14 +7,18 @@ import asyncio
 import pytest
 
 from pyweft import (
+    Engine,
     InvalidArgumentError,
+    MemoryStorage,
     PayloadError,
+    StorageError,
     WaitTimeoutError,
     WorkflowContext,
     WorkflowNotFoundError,
     WorkflowTerminalError,
     workflow,
 )
+from pyweft.testing import FaultyStorage
 from support.backends import Backend
 from support.poll import eventually
 
@@ -102,6 +106,21 @@ async def test_resending_an_accepted_signal_id_after_the_run_ended_is_a_duplicat
             await engine.signal("ended", "item", "new", signal_id="order-8")
         with pytest.raises(WorkflowTerminalError):
             await engine.signal("ended", "item", "unkeyed")
+
+
+async def test_a_retry_of_a_send_whose_reply_was_lost_succeeds_after_the_run_ended() -> None:
+    faults = FaultyStorage(MemoryStorage())
+    async with Engine(faults, workflows=[collector]) as engine:
+        handle = await engine.start(collector, 1, id="lost")
+        faults.fail_nth_write(
+            match=lambda ops: any(":s:" in op.key or "sig" in op.key for op in ops),
+            outcome_unknown=True,
+        )
+        with pytest.raises(StorageError):  # stored, but the sender cannot know
+            await engine.signal("lost", "item", "paid", signal_id="pay-1")
+        assert await handle.result(timeout=5) == ["paid"]
+        await engine.signal("lost", "item", "paid", signal_id="pay-1")  # the retry: no error
+        assert faults.counts.lost_replies == 1
 
 
 async def test_signal_ids_with_separators_do_not_collide(backend: Backend) -> None:
