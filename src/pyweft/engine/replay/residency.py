@@ -123,17 +123,22 @@ class Residency:
     def _resident(self) -> int:
         return len(self._core.runs) - len(self._evicting)
 
-    def _evictable(self, run: Run) -> bool:
+    def _parked(self, run: Run) -> bool:
+        """Idle in a wait, live, not ending, not being evicted already."""
         return (
             run.idle
             and run.task is not None
             and not run.done.done()
             and not (run.stopping or run.cancel_requested or run.terminating or run.fatal)
-            and not run.staged
-            and not run.update_lock.locked()
             and run.id not in self._evicting
-            and not self._sending.get(run.id)
         )
+
+    def _writing(self, run: Run) -> bool:
+        """A write for the run is under way (staged effects, an update, a message)."""
+        return bool(run.staged or run.update_lock.locked() or self._sending.get(run.id))
+
+    def _evictable(self, run: Run) -> bool:
+        return self._parked(run) and not self._writing(run)
 
     def _sweep(self) -> None:
         self._sweep_due = False
@@ -150,7 +155,7 @@ class Residency:
             if self._evictable(run):
                 chosen.append(run)
                 excess -= 1
-            elif self._briefly_busy(run):
+            elif self._parked(run):  # kept in memory only by a write under way
                 later.append(workflow_id)
         if chosen:
             self._spawn(self._evict(chosen))
@@ -160,17 +165,6 @@ class Residency:
             for workflow_id in later:
                 self._idle[workflow_id] = None
             asyncio.get_running_loop().call_later(_BUSY_RETRY_S, self._maybe_sweep)
-
-    def _briefly_busy(self, run: Run) -> bool:
-        """Parked and kept in memory only by a write under way (it will be evictable)."""
-        return (
-            run.idle
-            and run.task is not None
-            and not run.done.done()
-            and not (run.stopping or run.cancel_requested or run.terminating or run.fatal)
-            and run.id not in self._evicting
-            and bool(run.staged or run.update_lock.locked() or self._sending.get(run.id))
-        )
 
     async def _evict(self, runs: list[Run]) -> None:
         seqs = {run.id: run.wake_seq for run in runs}
