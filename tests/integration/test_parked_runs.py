@@ -17,6 +17,7 @@ import pytest
 
 from pyweft import Engine, MemoryStorage, Storage, WorkflowContext, workflow
 from pyweft.errors import ConfigurationError, WorkflowCancelledError
+from pyweft.engine.replay import keys
 from pyweft.storage.base import Delete, Expect, Put, StorageCapabilities
 from support.backends import Backend
 from support.poll import eventually
@@ -210,6 +211,40 @@ async def test_a_restarted_engine_takes_parked_runs_without_replaying_them(
         await engine.signal("re-2", "go", "two")
         assert (await engine.get_handle("re-2").result(timeout=5))["signal"] == "two"
         assert sum(entered.values()) == 1
+
+
+class SlowReplayStorage(CountingStorage):
+    """Holds the scan of one run's journal (its replay) once ``replaying`` names the run."""
+
+    def __init__(self, inner: Storage) -> None:
+        super().__init__(inner)
+        self.replaying: str | None = None
+        self.held = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def scan(self, prefix: str, **kw: Any) -> list[tuple[str, bytes]]:
+        if self.replaying is not None and prefix == keys.run_range(self.replaying)[0]:
+            self.held.set()
+            await self.release.wait()
+        return await super().scan(prefix, **kw)
+
+
+async def test_a_run_being_restored_is_running_here_throughout() -> None:
+    # A restore first drops the run from the evicted set, then replays it: while the
+    # replay reads the journal the run is in neither place, yet it is still ours.
+    store = SlowReplayStorage(MemoryStorage())
+    async with Engine(store, workflows=[parked], max_cached_runs=0) as engine:  # type: ignore[arg-type]
+        await engine.start(parked, id="slow-restore")
+        await parked_and_evicted(engine, "slow-restore")
+        store.replaying = "slow-restore"
+        engine._core.residency.wake("slow-restore")
+        await asyncio.wait_for(store.held.wait(), 5)
+        assert not evicted(engine, "slow-restore")  # mid-restore: neither evicted nor loaded
+        assert engine.is_running_here("slow-restore")
+        store.replaying = None
+        store.release.set()
+        await engine.signal("slow-restore", "go", 1)
+        assert (await engine.get_handle("slow-restore").result(timeout=5))["signal"] == 1
 
 
 async def test_a_signal_from_another_engine_wakes_an_evicted_run(backend: Backend) -> None:

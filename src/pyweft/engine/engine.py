@@ -933,7 +933,8 @@ class Engine:
     def is_running_here(self, workflow_id: str) -> bool:
         """True when this engine is currently driving the run (in memory, or evicted from
         memory while it waits: it is replayed when something concerns it)."""
-        return self._core.driven_here(workflow_id)
+        core = self._core
+        return core.driven_here(workflow_id) or core.residency.reviving(workflow_id)
 
     # --- messages -----------------------------------------------------------------------
 

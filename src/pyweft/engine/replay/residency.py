@@ -76,6 +76,7 @@ class Residency:
         self.marked: set[str] = set()  # ids that may have a park marker in the store
         self._evicting: dict[str, tuple[Run, asyncio.Future[None]]] = {}
         self._restoring: dict[str, asyncio.Task[None]] = {}
+        self._reviving: set[str] = set()  # restores past their marker, inside resume_run
         self._woken: set[str] = set()
         self._sending: dict[str, int] = {}
         self._marking: dict[str, asyncio.Event] = {}
@@ -98,6 +99,11 @@ class Residency:
             or workflow_id in self._restoring
             or (evicting is not None and evicting[0].state.status not in TERMINAL_STATUSES)
         )
+
+    def reviving(self, workflow_id: str) -> bool:
+        """True while a restore of the run is replaying it into memory. ``holds`` is false
+        by then (``resume_run`` refuses a run held as evicted), yet the run is still ours."""
+        return workflow_id in self._reviving
 
     def __len__(self) -> int:
         return len(self.evicted)
@@ -315,12 +321,15 @@ class Residency:
         self._woken.discard(workflow_id)
         if core.state != "open":
             return
+        self._reviving.add(workflow_id)
         try:
             if await core.resume_run(workflow_id):
                 self.restores += 1
         except Exception as exc:
             log.warning("could not bring back run %s yet (%s); retrying", workflow_id, exc)
             self._retry_later(workflow_id)
+        finally:
+            self._reviving.discard(workflow_id)
 
     def _retry_later(self, workflow_id: str) -> None:
         if self._core.state == "open" and workflow_id not in self._core.runs:
