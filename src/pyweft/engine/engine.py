@@ -11,7 +11,7 @@ import asyncio
 import builtins
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from types import TracebackType
@@ -25,22 +25,23 @@ from pyweft.definitions import (
     WorkflowDefinition,
     activity_definition_of,
     is_activity,
-    parse_retention,
     refuse_activity_as_workflow,
     workflow,
     workflow_definition_of,
 )
 from pyweft.durations import parse_duration, parse_optional_duration
+from pyweft.engine import options
 from pyweft.engine.control import commands, creation, maintenance
 from pyweft.engine.control.core import EngineCore
 from pyweft.engine.control.stalls import StallMonitor
 from pyweft.engine.handle import WorkflowHandle, check_result_type
-from pyweft.engine.messages import run_queries, terminal_events
-from pyweft.engine.messages.reviews import ReviewDesk, ReviewInfo
+from pyweft.engine.inspection_api import InspectionAPI
+from pyweft.engine.messages.reviews import ReviewDesk
 from pyweft.engine.messages.signals import SignalSender
 from pyweft.engine.messages.updates import HOOKS as UPDATE_HOOKS
-from pyweft.engine.messages.updates import OMITTED, UpdateClient
+from pyweft.engine.messages.updates import UpdateClient
 from pyweft.engine.messages.wakeups import WakeupPoller
+from pyweft.engine.messaging_api import MessagingAPI
 from pyweft.engine.ownership import (
     MODES,
     StoreOwnership,
@@ -60,28 +61,18 @@ from pyweft.engine.ownership.identity import (
 )
 from pyweft.engine.ownership.lease import LeaseHealth, LeaseManager
 from pyweft.engine.replay import keys
-from pyweft.engine.replay.events import WorkflowEvent
-from pyweft.engine.replay.info import Page, WorkflowInfo
-from pyweft.engine.replay.recovery import ids_with_status
 from pyweft.engine.replay.redrive import Redriver
 from pyweft.engine.replay.residency import DEFAULT_MAX_CACHED_RUNS
 from pyweft.engine.replay.run import RunServices
 from pyweft.engine.replay.stats import EngineStats
-from pyweft.engine.steps import async_completion
-from pyweft.engine.steps.async_completion import PendingActivity
-from pyweft.engine.visibility import query
-from pyweft.engine.visibility.reader import Group, History
 from pyweft.errors import (
     ConfigurationError,
     DefinitionError,
     EngineClosedError,
-    InvalidArgumentError,
     SchemaVersionError,
     StorageCapabilityError,
-    WorkflowTerminalError,
 )
 from pyweft.storage.base import Expect, Put, Storage
-from pyweft.storage.factory import open_storage
 from pyweft.storage.file_lock import StoreFileLock
 from pyweft.storage.sqlite import SQLiteStorage
 
@@ -106,7 +97,7 @@ Ts = TypeVarTuple("Ts")
 R = TypeVar("R")
 
 
-class Engine:
+class Engine(MessagingAPI, InspectionAPI):
     """Runs durable workflows on a store. Use ``async with Engine(...) as engine``.
 
     ``storage`` is a URL (``sqlite:///app.db``, ``memory://``), a
@@ -171,91 +162,26 @@ class Engine:
         max_cached_runs: int = DEFAULT_MAX_CACHED_RUNS,
         stall_threshold: Duration | None = 1.0,
     ) -> None:
-        for option, given in (("workflows", workflows), ("activities", activities)):
-            if callable(given) or isinstance(given, str):
-                raise ConfigurationError(
-                    f"{option} must be a list of functions, got {_named(given)} itself; "
-                    f"write {option}=[{getattr(given, '__name__', '...')}]"
-                )
-        if type(max_payload_bytes) is not int or max_payload_bytes < 1:
-            raise ConfigurationError(
-                f"max_payload_bytes must be a positive int, got {max_payload_bytes!r}"
-            )
-        if type(max_history_steps) is not int or max_history_steps < 1:
-            raise ConfigurationError(
-                f"max_history_steps must be a positive int, got {max_history_steps!r}"
-            )
+        options.check(
+            workflows=workflows,
+            activities=activities,
+            max_payload_bytes=max_payload_bytes,
+            max_history_steps=max_history_steps,
+            activity_threads=activity_threads,
+            poll_interval=poll_interval,
+            max_cached_runs=max_cached_runs,
+            version_mismatch=version_mismatch,
+            on_nondeterminism=on_nondeterminism,
+            ownership=ownership,
+            role=role,
+            engine_id=engine_id,
+            detect_second_instance=detect_second_instance,
+            retention_batch_size=retention_batch_size,
+        )
         self._max_history_steps = max_history_steps
-        if type(activity_threads) is not int or activity_threads < 1:
-            raise ConfigurationError(
-                f"activity_threads must be a positive int, got {activity_threads!r}"
-            )
-        if not isinstance(poll_interval, int | float) or not 0 < poll_interval <= 60:
-            raise ConfigurationError(
-                f"poll_interval must be a number of seconds in (0, 60], got {poll_interval!r}"
-            )
-        if type(max_cached_runs) is not int or max_cached_runs < 0:
-            raise ConfigurationError(
-                f"max_cached_runs must be an int >= 0 (how many runs stay in memory), "
-                f"got {max_cached_runs!r}"
-            )
-        if version_mismatch not in ("block", "fail_run", "raise"):
-            raise ConfigurationError(
-                f"version_mismatch must be 'block', 'fail_run' or 'raise', got {version_mismatch!r}"
-            )
-        if on_nondeterminism not in ("block", "fail_run"):
-            raise ConfigurationError(
-                f"on_nondeterminism must be 'block' or 'fail_run', got {on_nondeterminism!r}"
-            )
-        if ownership is not None and ownership not in MODES:
-            raise ConfigurationError(
-                f"ownership must be one of {', '.join(MODES)} (or None for the store's "
-                f"default), got {ownership!r}"
-            )
-        if role not in ("engine", "client"):
-            raise ConfigurationError(f"role must be 'engine' or 'client', got {role!r}")
-        if engine_id is not None and (
-            not isinstance(engine_id, str) or not engine_id.strip() or len(engine_id) > 200
-        ):
-            raise ConfigurationError(
-                f"engine_id must be a non-empty string of at most 200 characters, got "
-                f"{engine_id!r}; leave it out for the default (host + store + workflow types)"
-            )
-        if role == "client" and detect_second_instance:
-            raise ConfigurationError(
-                "detect_second_instance does not apply to role='client': a client drives "
-                "no runs, so it cannot be a second instance"
-            )
-        if type(retention_batch_size) is not int or retention_batch_size < 1:
-            raise ConfigurationError("retention_batch_size must be a positive int")
-        try:
-            kept = parse_retention(retention) if retention is not None else {}
-        except DefinitionError as exc:
-            raise ConfigurationError(str(exc)) from exc
+        kept = options.retention_rules(retention)
         sweep_every = parse_duration(retention_sweep_interval, field="retention_sweep_interval")
-        if isinstance(storage, str) or storage is None:
-            store: Storage = open_storage(storage, sqlite_synchronous=sqlite_synchronous or "FULL")
-            self._owns_storage = True
-            if sqlite_synchronous is not None and not isinstance(store, SQLiteStorage):
-                # Adapters open lazily, so dropping this one leaves nothing behind.
-                raise ConfigurationError(
-                    f"sqlite_synchronous={sqlite_synchronous!r} applies only to SQLite stores, "
-                    f"and this engine's store is {type(store).__name__}; drop the option "
-                    "(it would change nothing)"
-                )
-        elif isinstance(storage, Storage):
-            store = storage
-            self._owns_storage = False
-            if sqlite_synchronous is not None:
-                raise ConfigurationError(
-                    f"sqlite_synchronous={sqlite_synchronous!r} is for a store the engine opens "
-                    f"from a URL; this engine was given a ready {type(storage).__name__}, so "
-                    "set synchronous= on that adapter (or pass its URL) instead"
-                )
-        else:
-            raise ConfigurationError(
-                f"storage must be a URL string, a Storage instance or None, got {storage!r}"
-            )
+        store, self._owns_storage = options.open_store(storage, sqlite_synchronous)
         self._auto_ownership = ownership is None
         ownership = resolve_ownership(ownership, store)
         self.clock: Clock = clock or SystemClock()
@@ -352,7 +278,7 @@ class Engine:
         """Register a workflow function (decorated with ``@workflow`` or a plain ``async def``)."""
         if is_activity(fn):
             raise DefinitionError(
-                f"{_named(fn)} is an @activity, not a workflow: pass it in "
+                f"{options.named(fn)} is an @activity, not a workflow: pass it in "
                 "Engine(activities=[...]) (or call engine.register_activity) and run it from a "
                 "workflow with ctx.run"
             )
@@ -371,7 +297,7 @@ class Engine:
         """Register an activity engine-wide so workflows can call it by name."""
         if workflow_definition_of(fn) is not None:
             raise DefinitionError(
-                f"{_named(fn)} is a @workflow, not an activity: pass it in "
+                f"{options.named(fn)} is a @workflow, not an activity: pass it in "
                 "Engine(workflows=[...]) (or call engine.register_workflow) and start it with "
                 "engine.start or ctx.start_child"
             )
@@ -935,320 +861,3 @@ class Engine:
         memory while it waits: it is replayed when something concerns it)."""
         core = self._core
         return core.driven_here(workflow_id) or core.residency.reviving(workflow_id)
-
-    # --- messages -----------------------------------------------------------------------
-
-    async def signal(
-        self,
-        workflow_id: str,
-        name: str,
-        payload: Any = None,
-        *,
-        signal_id: str | None = None,
-    ) -> None:
-        """Send a signal. Returns once it is durably buffered for the run.
-
-        With ``signal_id``, resending the same (workflow, name, id) is a no-op.
-        Raises :class:`WorkflowNotFoundError` or :class:`WorkflowTerminalError`.
-        """
-        self._core.services_or_raise()
-        assert self._signals is not None
-        await self._signals.send(workflow_id, name, payload, signal_id)
-
-    @overload
-    async def start_or_signal(
-        self,
-        wf: Callable[[WorkflowContext, *Ts], Awaitable[R]],
-        *args: *Ts,
-        signal: tuple[str, Any],
-        id: str | None = None,
-        signal_id: str | None = None,
-    ) -> tuple[WorkflowHandle[R], Literal["started", "signalled"]]: ...
-    @overload
-    async def start_or_signal(
-        self,
-        wf: str,
-        *args: Any,
-        signal: tuple[str, Any],
-        id: str | None = None,
-        signal_id: str | None = None,
-    ) -> tuple[WorkflowHandle[Any], Literal["started", "signalled"]]: ...
-    async def start_or_signal(
-        self,
-        wf: Callable[..., Any] | str,
-        *args: object,
-        signal: tuple[str, Any],
-        id: str | None = None,
-        signal_id: str | None = None,
-    ) -> tuple[WorkflowHandle[Any], Literal["started", "signalled"]]:
-        """Start the run with ``signal`` already buffered, or signal it if it exists.
-
-        Creating the run and buffering its first signal is one atomic write;
-        concurrent callers converge on one run.
-        """
-        self._core.services_or_raise()
-        assert self._signals is not None
-        refuse_activity_as_workflow(wf, "engine.start_or_signal")
-        if not (isinstance(signal, tuple) and len(signal) == 2):
-            raise InvalidArgumentError("signal must be a (name, payload) tuple")
-        name, payload = signal
-        from pyweft.engine.messages.signals import check_name, check_signal_id
-
-        check_name(name, "signal")
-        if signal_id is not None:
-            check_signal_id(signal_id)
-        workflow_id, created = await creation.create(
-            self._core, self._signals, wf, args, id=id, first_signal=(name, payload, signal_id)
-        )
-        handle: WorkflowHandle[Any] = WorkflowHandle(self, workflow_id)
-        if created:
-            return handle, "started"
-        try:
-            await self._signals.send(handle.id, name, payload, signal_id)
-        except WorkflowTerminalError:
-            # A racing caller may have started the run with this very signal (R38).
-            if signal_id is not None and await self._core.storage.get(
-                keys.signal_accepted(handle.id, name, signal_id)
-            ):
-                return handle, "signalled"
-            raise
-        return handle, "signalled"
-
-    async def query(self, workflow_id: str, name: str, *args: Any, timeout: Duration = 5.0) -> Any:
-        """Ask a live run a question; its query handler answers from the run's memory.
-
-        When this engine drives the run, the handler is called at once and nothing
-        is written. Otherwise the question goes through the store to the engine
-        that drives it, which answers within its ``poll_interval``; ``timeout``
-        bounds that wait (``QueryUnavailableError`` when nobody answers).
-        """
-        seconds = parse_duration(timeout, field="timeout")
-        return await run_queries.query(self._core, workflow_id, name, args, seconds)
-
-    async def update(
-        self,
-        workflow_id: str,
-        name: str,
-        payload: Any = OMITTED,
-        *,
-        timeout: Any = 5.0,
-        idempotency_key: str | None = None,
-    ) -> Any:
-        """Send an update and wait for the workflow's answer.
-
-        The request is persisted, then handled at the run's next step
-        boundary. A validator rejection raises :class:`UpdateRejectedError`
-        before anything is written. The same ``idempotency_key`` returns the
-        stored answer and never applies the update twice. On timeout,
-        :class:`UpdateTimeoutError` carries the ``update_id`` for
-        :meth:`update_result`.
-        """
-        self._core.services_or_raise()
-        assert self._updates is not None
-        seconds = parse_optional_duration(timeout, field="timeout")
-        return await self._updates.submit(
-            workflow_id, name, payload, seconds if seconds is not None else 5.0, idempotency_key
-        )
-
-    async def update_result(self, update_id: str, *, timeout: Any = None) -> Any:
-        """The answer to an earlier update, waiting up to ``timeout`` for it."""
-        self._core.services_or_raise()
-        assert self._updates is not None
-        seconds = parse_optional_duration(timeout, field="timeout")
-        return await self._updates.result(update_id, seconds)
-
-    async def submit_review(
-        self,
-        review_id: str,
-        decision: Literal["approved", "rejected", "needs_changes"],
-        *,
-        reviewer: str,
-        feedback: str | None = None,
-    ) -> None:
-        """Decide a pending review. Durable when this returns; a second decision is refused."""
-        self._core.services_or_raise()
-        assert self._reviews is not None
-        await self._reviews.submit(review_id, decision, reviewer, feedback)
-
-    async def list_reviews(
-        self,
-        *,
-        status: str | None = "pending",
-        workflow_id: str | None = None,
-        review_type: str | None = None,
-    ) -> builtins.list[ReviewInfo]:
-        """Reviews, oldest first (``status=None`` for every status)."""
-        self._core.services_or_raise()
-        assert self._reviews is not None
-        return await self._reviews.list(status, workflow_id, review_type)
-
-    # --- activities completed by token (logic in steps/async_completion.py) ----------
-
-    async def complete_activity(self, token: str, result: Any = None) -> None:
-        """Complete, with ``result``, the activity attempt that returned
-        ``complete_async()`` with this token. Durable when it returns; works from any
-        process on the store. ``ActivityTokenNotFoundError`` if nothing waits for the
-        token (spent, unknown); ``PayloadError`` leaves the token usable."""
-        await async_completion.complete(self._core, token, result)
-
-    async def fail_activity(self, token: str, error: BaseException | str) -> None:
-        """Fail that attempt with ``error`` (retried per its policy unless non-retryable,
-        e.g. ``ApplicationError(..., non_retryable=True)``)."""
-        await async_completion.fail(self._core, token, error)
-
-    async def heartbeat_activity(self, token: str, details: Any = None) -> None:
-        """Keep that attempt alive (``heartbeat_timeout``) and record its progress."""
-        await async_completion.heartbeat(self._core, token, details)
-
-    async def pending_activities(
-        self, workflow_id: str | None = None, *, limit: int = 50
-    ) -> builtins.list[PendingActivity]:
-        """Activities waiting for completion by token: of one run, or of every running
-        run (a scan of running runs: give ``workflow_id`` when you know it)."""
-        ids = (
-            [] if workflow_id is not None else await ids_with_status(self._core.storage, "running")
-        )
-        return await async_completion.pending(self._core, workflow_id, ids, limit)
-
-    def events(self, workflow_id: str | None = None) -> AsyncIterator[WorkflowEvent]:
-        """Lifecycle events of every run (or one), from now on, in this process."""
-        return self._core.events.subscribe(workflow_id)
-
-    def run_events(self, workflow_id: str) -> AsyncIterator[WorkflowEvent]:
-        """One run's events until its terminal event. A run that has already finished, or
-        finishes in another process, yields its terminal event (read from the store) and
-        ends."""
-        core = self._core
-        return core.events.subscribe(
-            workflow_id,
-            until_terminal=True,
-            ends=lambda: terminal_events.watch_end(core, workflow_id),
-        )
-
-    # --- visibility ---------------------------------------------------------------------
-
-    async def describe(self, workflow_id: str) -> WorkflowInfo:
-        """The stored state of a run. Raises ``WorkflowNotFoundError`` for an unknown id."""
-        self._core.services_or_raise()
-        return await self._core.visibility.describe(workflow_id)
-
-    async def list(
-        self,
-        *,
-        status: str | Sequence[str] | None = None,
-        workflow_type: str | None = None,
-        id_prefix: str | None = None,
-        parent_id: str | None = None,
-        created_after: datetime | float | None = None,
-        created_before: datetime | float | None = None,
-        updated_after: datetime | float | None = None,
-        updated_before: datetime | float | None = None,
-        attributes: Mapping[str, Any] | None = None,
-        tags: Sequence[str] | None = None,
-        schedule_id: str | None = None,
-        limit: int = 100,
-        cursor: str | None = None,
-    ) -> Page[WorkflowInfo]:
-        """Runs matching every filter given, newest first; pass ``next_cursor`` to page.
-
-        ``status`` may be one status or several. ``attributes`` maps a search
-        attribute to a value (equality) or to a dict of ``gt``/``gte``/``lt``/
-        ``lte`` bounds. Filters are served from indexes; an invalid filter
-        raises :class:`InvalidArgumentError` before anything is read.
-        """
-        self._core.services_or_raise()
-        flt = query.build_filter(
-            status=status,
-            workflow_type=workflow_type,
-            id_prefix=id_prefix,
-            parent_id=parent_id,
-            created_after=created_after,
-            created_before=created_before,
-            updated_after=updated_after,
-            updated_before=updated_before,
-            attributes=attributes,
-            tags=tags,
-            schedule_id=schedule_id,
-        )
-        return await self._core.visibility.list(flt, limit=limit, cursor=cursor)
-
-    async def aggregate(self, *, group_by: str, **filters: Any) -> builtins.list[Group]:
-        """Counts of runs per ``"status"``, ``"type"`` or search attribute, over the same
-        filters as :meth:`list` (without paging). Largest groups first."""
-        self._core.services_or_raise()
-        unknown = set(filters) - _FILTER_NAMES
-        if unknown:
-            raise InvalidArgumentError(
-                f"unknown filter(s) {', '.join(sorted(unknown))}; "
-                f"use {', '.join(sorted(_FILTER_NAMES))}"
-            )
-        flt = query.build_filter(**filters)
-        return await self._core.visibility.aggregate(group_by, flt)
-
-    async def history(self, workflow_id: str) -> History:
-        """A run's steps (committed and open) and its events, in order."""
-        self._core.services_or_raise()
-        return await self._core.visibility.history(workflow_id)
-
-    @staticmethod
-    def check_attributes(values: Mapping[str, Any]) -> None:
-        """Raise :class:`InvalidArgumentError` if :meth:`set_attributes` would refuse
-        ``values``; reads and writes nothing (for edges that validate before acting)."""
-        from pyweft.engine.steps import attributes
-
-        attributes.normalize(values)
-
-    async def set_attributes(self, workflow_id: str, values: Mapping[str, Any]) -> None:
-        """Set search attributes of a run from outside (``None`` removes one)."""
-        await maintenance.set_attributes(self._core, workflow_id, values)
-
-    async def fork(
-        self,
-        workflow_id: str,
-        *,
-        from_step: int | None = None,
-        id: str | None = None,
-        drive: bool = True,
-    ) -> WorkflowHandle[Any]:
-        """Start a new run that reuses ``workflow_id``'s journal up to ``from_step``
-        (default: every committed step, clamped to the last one) and records where it
-        came from. ``drive=False`` only stores it, for an engine that registers the
-        workflow type to pick up (a running one does, within its poll interval)."""
-        new_id = await maintenance.fork(self._core, workflow_id, from_step, id, drive=drive)
-        return WorkflowHandle(self, new_id)
-
-    async def purge(self, **filters: Any) -> int:
-        """Permanently delete finished runs matching the filters; returns how many.
-
-        Running runs are never touched. Idempotency keys of purged runs stay
-        spent.
-        """
-        self._core.services_or_raise()
-        unknown = set(filters) - _FILTER_NAMES
-        if unknown:
-            raise InvalidArgumentError(f"unknown filter(s) {', '.join(sorted(unknown))}")
-        return await maintenance.purge(self._core, query.build_filter(**filters))
-
-    async def sweep_retention(self) -> int:
-        """Run one retention pass now (the engine also runs them on its interval)."""
-        self._core.services_or_raise()
-        return await self._sweeper.sweep()
-
-
-def _named(fn: object) -> str:
-    return str(getattr(fn, "__qualname__", None) or repr(fn))
-
-
-_FILTER_NAMES = {
-    "status",
-    "workflow_type",
-    "id_prefix",
-    "parent_id",
-    "created_after",
-    "created_before",
-    "updated_after",
-    "updated_before",
-    "attributes",
-    "tags",
-    "schedule_id",
-}

@@ -1,0 +1,152 @@
+"""The engine's inspection and housekeeping surface: describe, list, aggregate,
+history, search attributes, fork, purge and retention. ``Engine`` inherits it; the
+work happens in ``visibility`` and ``control.maintenance``."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from pyweft.engine.control import maintenance
+from pyweft.engine.handle import WorkflowHandle
+from pyweft.engine.replay.info import Page, WorkflowInfo
+from pyweft.engine.visibility import query
+from pyweft.engine.visibility.reader import Group, History
+from pyweft.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from pyweft.engine.control.core import EngineCore
+    from pyweft.engine.engine import Engine
+
+_FILTER_NAMES = {
+    "status",
+    "workflow_type",
+    "id_prefix",
+    "parent_id",
+    "created_after",
+    "created_before",
+    "updated_after",
+    "updated_before",
+    "attributes",
+    "tags",
+    "schedule_id",
+}
+
+
+class InspectionAPI:
+    """What is stored about runs, and its upkeep (mixed into :class:`~pyweft.Engine`)."""
+
+    _core: EngineCore
+    _sweeper: maintenance.RetentionSweeper
+
+    def _as_engine(self) -> Engine:
+        return self  # type: ignore[return-value]  # only ever mixed into Engine
+
+    async def describe(self, workflow_id: str) -> WorkflowInfo:
+        """The stored state of a run. Raises ``WorkflowNotFoundError`` for an unknown id."""
+        self._core.services_or_raise()
+        return await self._core.visibility.describe(workflow_id)
+
+    async def list(
+        self,
+        *,
+        status: str | Sequence[str] | None = None,
+        workflow_type: str | None = None,
+        id_prefix: str | None = None,
+        parent_id: str | None = None,
+        created_after: datetime | float | None = None,
+        created_before: datetime | float | None = None,
+        updated_after: datetime | float | None = None,
+        updated_before: datetime | float | None = None,
+        attributes: Mapping[str, Any] | None = None,
+        tags: Sequence[str] | None = None,
+        schedule_id: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> Page[WorkflowInfo]:
+        """Runs matching every filter given, newest first; pass ``next_cursor`` to page.
+
+        ``status`` may be one status or several. ``attributes`` maps a search
+        attribute to a value (equality) or to a dict of ``gt``/``gte``/``lt``/
+        ``lte`` bounds. Filters are served from indexes; an invalid filter
+        raises :class:`InvalidArgumentError` before anything is read.
+        """
+        self._core.services_or_raise()
+        flt = query.build_filter(
+            status=status,
+            workflow_type=workflow_type,
+            id_prefix=id_prefix,
+            parent_id=parent_id,
+            created_after=created_after,
+            created_before=created_before,
+            updated_after=updated_after,
+            updated_before=updated_before,
+            attributes=attributes,
+            tags=tags,
+            schedule_id=schedule_id,
+        )
+        return await self._core.visibility.list(flt, limit=limit, cursor=cursor)
+
+    async def aggregate(self, *, group_by: str, **filters: Any) -> builtins.list[Group]:
+        """Counts of runs per ``"status"``, ``"type"`` or search attribute, over the same
+        filters as :meth:`list` (without paging). Largest groups first."""
+        self._core.services_or_raise()
+        unknown = set(filters) - _FILTER_NAMES
+        if unknown:
+            raise InvalidArgumentError(
+                f"unknown filter(s) {', '.join(sorted(unknown))}; "
+                f"use {', '.join(sorted(_FILTER_NAMES))}"
+            )
+        flt = query.build_filter(**filters)
+        return await self._core.visibility.aggregate(group_by, flt)
+
+    async def history(self, workflow_id: str) -> History:
+        """A run's steps (committed and open) and its events, in order."""
+        self._core.services_or_raise()
+        return await self._core.visibility.history(workflow_id)
+
+    @staticmethod
+    def check_attributes(values: Mapping[str, Any]) -> None:
+        """Raise :class:`InvalidArgumentError` if :meth:`set_attributes` would refuse
+        ``values``; reads and writes nothing (for edges that validate before acting)."""
+        from pyweft.engine.steps import attributes
+
+        attributes.normalize(values)
+
+    async def set_attributes(self, workflow_id: str, values: Mapping[str, Any]) -> None:
+        """Set search attributes of a run from outside (``None`` removes one)."""
+        await maintenance.set_attributes(self._core, workflow_id, values)
+
+    async def fork(
+        self,
+        workflow_id: str,
+        *,
+        from_step: int | None = None,
+        id: str | None = None,
+        drive: bool = True,
+    ) -> WorkflowHandle[Any]:
+        """Start a new run that reuses ``workflow_id``'s journal up to ``from_step``
+        (default: every committed step, clamped to the last one) and records where it
+        came from. ``drive=False`` only stores it, for an engine that registers the
+        workflow type to pick up (a running one does, within its poll interval)."""
+        new_id = await maintenance.fork(self._core, workflow_id, from_step, id, drive=drive)
+        return WorkflowHandle(self._as_engine(), new_id)
+
+    async def purge(self, **filters: Any) -> int:
+        """Permanently delete finished runs matching the filters; returns how many.
+
+        Running runs are never touched. Idempotency keys of purged runs stay
+        spent.
+        """
+        self._core.services_or_raise()
+        unknown = set(filters) - _FILTER_NAMES
+        if unknown:
+            raise InvalidArgumentError(f"unknown filter(s) {', '.join(sorted(unknown))}")
+        return await maintenance.purge(self._core, query.build_filter(**filters))
+
+    async def sweep_retention(self) -> int:
+        """Run one retention pass now (the engine also runs them on its interval)."""
+        self._core.services_or_raise()
+        return await self._sweeper.sweep()

@@ -1,0 +1,231 @@
+"""The engine's messaging surface: signals, queries, updates, reviews, activities
+completed by token, and event streams. ``Engine`` inherits it; the work happens in
+the ``messages`` and ``steps`` modules."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, TypeVarTuple, overload
+
+from pyweft.definitions import Duration, refuse_activity_as_workflow
+from pyweft.durations import parse_duration, parse_optional_duration
+from pyweft.engine.control import creation
+from pyweft.engine.handle import WorkflowHandle
+from pyweft.engine.messages import run_queries, terminal_events
+from pyweft.engine.messages.reviews import ReviewDesk, ReviewInfo
+from pyweft.engine.messages.signals import SignalSender
+from pyweft.engine.messages.updates import OMITTED, UpdateClient
+from pyweft.engine.replay import keys
+from pyweft.engine.replay.events import WorkflowEvent
+from pyweft.engine.replay.recovery import ids_with_status
+from pyweft.engine.steps import async_completion
+from pyweft.engine.steps.async_completion import PendingActivity
+from pyweft.errors import InvalidArgumentError, WorkflowTerminalError
+
+if TYPE_CHECKING:
+    from pyweft.engine.context import WorkflowContext
+    from pyweft.engine.control.core import EngineCore
+    from pyweft.engine.engine import Engine
+
+Ts = TypeVarTuple("Ts")
+R = TypeVar("R")
+
+
+class MessagingAPI:
+    """Messages to runs and what runs publish (mixed into :class:`~pyweft.Engine`)."""
+
+    _core: EngineCore
+    _signals: SignalSender | None
+    _updates: UpdateClient | None
+    _reviews: ReviewDesk | None
+
+    def _as_engine(self) -> Engine:
+        return self  # type: ignore[return-value]  # only ever mixed into Engine
+
+    async def signal(
+        self,
+        workflow_id: str,
+        name: str,
+        payload: Any = None,
+        *,
+        signal_id: str | None = None,
+    ) -> None:
+        """Send a signal. Returns once it is durably buffered for the run.
+
+        With ``signal_id``, resending the same (workflow, name, id) is a no-op.
+        Raises :class:`WorkflowNotFoundError` or :class:`WorkflowTerminalError`.
+        """
+        self._core.services_or_raise()
+        assert self._signals is not None
+        await self._signals.send(workflow_id, name, payload, signal_id)
+
+    @overload
+    async def start_or_signal(
+        self,
+        wf: Callable[[WorkflowContext, *Ts], Awaitable[R]],
+        *args: *Ts,
+        signal: tuple[str, Any],
+        id: str | None = None,
+        signal_id: str | None = None,
+    ) -> tuple[WorkflowHandle[R], Literal["started", "signalled"]]: ...
+    @overload
+    async def start_or_signal(
+        self,
+        wf: str,
+        *args: Any,
+        signal: tuple[str, Any],
+        id: str | None = None,
+        signal_id: str | None = None,
+    ) -> tuple[WorkflowHandle[Any], Literal["started", "signalled"]]: ...
+    async def start_or_signal(
+        self,
+        wf: Callable[..., Any] | str,
+        *args: object,
+        signal: tuple[str, Any],
+        id: str | None = None,
+        signal_id: str | None = None,
+    ) -> tuple[WorkflowHandle[Any], Literal["started", "signalled"]]:
+        """Start the run with ``signal`` already buffered, or signal it if it exists.
+
+        Creating the run and buffering its first signal is one atomic write;
+        concurrent callers converge on one run.
+        """
+        self._core.services_or_raise()
+        assert self._signals is not None
+        refuse_activity_as_workflow(wf, "engine.start_or_signal")
+        if not (isinstance(signal, tuple) and len(signal) == 2):
+            raise InvalidArgumentError("signal must be a (name, payload) tuple")
+        name, payload = signal
+        from pyweft.engine.messages.signals import check_name, check_signal_id
+
+        check_name(name, "signal")
+        if signal_id is not None:
+            check_signal_id(signal_id)
+        workflow_id, created = await creation.create(
+            self._core, self._signals, wf, args, id=id, first_signal=(name, payload, signal_id)
+        )
+        handle: WorkflowHandle[Any] = WorkflowHandle(self._as_engine(), workflow_id)
+        if created:
+            return handle, "started"
+        try:
+            await self._signals.send(handle.id, name, payload, signal_id)
+        except WorkflowTerminalError:
+            # A racing caller may have started the run with this very signal (R38).
+            if signal_id is not None and await self._core.storage.get(
+                keys.signal_accepted(handle.id, name, signal_id)
+            ):
+                return handle, "signalled"
+            raise
+        return handle, "signalled"
+
+    async def query(self, workflow_id: str, name: str, *args: Any, timeout: Duration = 5.0) -> Any:
+        """Ask a live run a question; its query handler answers from the run's memory.
+
+        When this engine drives the run, the handler is called at once and nothing
+        is written. Otherwise the question goes through the store to the engine
+        that drives it, which answers within its ``poll_interval``; ``timeout``
+        bounds that wait (``QueryUnavailableError`` when nobody answers).
+        """
+        seconds = parse_duration(timeout, field="timeout")
+        return await run_queries.query(self._core, workflow_id, name, args, seconds)
+
+    async def update(
+        self,
+        workflow_id: str,
+        name: str,
+        payload: Any = OMITTED,
+        *,
+        timeout: Any = 5.0,
+        idempotency_key: str | None = None,
+    ) -> Any:
+        """Send an update and wait for the workflow's answer.
+
+        The request is persisted, then handled at the run's next step
+        boundary. A validator rejection raises :class:`UpdateRejectedError`
+        before anything is written. The same ``idempotency_key`` returns the
+        stored answer and never applies the update twice. On timeout,
+        :class:`UpdateTimeoutError` carries the ``update_id`` for
+        :meth:`update_result`.
+        """
+        self._core.services_or_raise()
+        assert self._updates is not None
+        seconds = parse_optional_duration(timeout, field="timeout")
+        return await self._updates.submit(
+            workflow_id, name, payload, seconds if seconds is not None else 5.0, idempotency_key
+        )
+
+    async def update_result(self, update_id: str, *, timeout: Any = None) -> Any:
+        """The answer to an earlier update, waiting up to ``timeout`` for it."""
+        self._core.services_or_raise()
+        assert self._updates is not None
+        seconds = parse_optional_duration(timeout, field="timeout")
+        return await self._updates.result(update_id, seconds)
+
+    async def submit_review(
+        self,
+        review_id: str,
+        decision: Literal["approved", "rejected", "needs_changes"],
+        *,
+        reviewer: str,
+        feedback: str | None = None,
+    ) -> None:
+        """Decide a pending review. Durable when this returns; a second decision is refused."""
+        self._core.services_or_raise()
+        assert self._reviews is not None
+        await self._reviews.submit(review_id, decision, reviewer, feedback)
+
+    async def list_reviews(
+        self,
+        *,
+        status: str | None = "pending",
+        workflow_id: str | None = None,
+        review_type: str | None = None,
+    ) -> builtins.list[ReviewInfo]:
+        """Reviews, oldest first (``status=None`` for every status)."""
+        self._core.services_or_raise()
+        assert self._reviews is not None
+        return await self._reviews.list(status, workflow_id, review_type)
+
+    # --- activities completed by token (logic in steps/async_completion.py) ----------
+
+    async def complete_activity(self, token: str, result: Any = None) -> None:
+        """Complete, with ``result``, the activity attempt that returned
+        ``complete_async()`` with this token. Durable when it returns; works from any
+        process on the store. ``ActivityTokenNotFoundError`` if nothing waits for the
+        token (spent, unknown); ``PayloadError`` leaves the token usable."""
+        await async_completion.complete(self._core, token, result)
+
+    async def fail_activity(self, token: str, error: BaseException | str) -> None:
+        """Fail that attempt with ``error`` (retried per its policy unless non-retryable,
+        e.g. ``ApplicationError(..., non_retryable=True)``)."""
+        await async_completion.fail(self._core, token, error)
+
+    async def heartbeat_activity(self, token: str, details: Any = None) -> None:
+        """Keep that attempt alive (``heartbeat_timeout``) and record its progress."""
+        await async_completion.heartbeat(self._core, token, details)
+
+    async def pending_activities(
+        self, workflow_id: str | None = None, *, limit: int = 50
+    ) -> builtins.list[PendingActivity]:
+        """Activities waiting for completion by token: of one run, or of every running
+        run (a scan of running runs: give ``workflow_id`` when you know it)."""
+        ids = (
+            [] if workflow_id is not None else await ids_with_status(self._core.storage, "running")
+        )
+        return await async_completion.pending(self._core, workflow_id, ids, limit)
+
+    def events(self, workflow_id: str | None = None) -> AsyncIterator[WorkflowEvent]:
+        """Lifecycle events of every run (or one), from now on, in this process."""
+        return self._core.events.subscribe(workflow_id)
+
+    def run_events(self, workflow_id: str) -> AsyncIterator[WorkflowEvent]:
+        """One run's events until its terminal event. A run that has already finished, or
+        finishes in another process, yields its terminal event (read from the store) and
+        ends."""
+        core = self._core
+        return core.events.subscribe(
+            workflow_id,
+            until_terminal=True,
+            ends=lambda: terminal_events.watch_end(core, workflow_id),
+        )
