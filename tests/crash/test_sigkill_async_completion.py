@@ -108,6 +108,9 @@ def test_completion_from_another_process_with_the_owner_alive_down_and_being_kil
     racing = launch(tmp_path, {**base, "lifetime": "d", "start": ["r-race"], "stall": True})
     try:
         token = wait_parked(ledger, "r-race", racing, tmp_path, "d")
+        # Parked in the store first: killed before that, the attempt never parks and its
+        # token never becomes valid (the next lifetime runs the attempt again).
+        asyncio.run(_until_listed(url, "r-race"))
         killer = threading.Timer(random.uniform(0.0, 0.05), racing.kill)
         killer.start()
         asyncio.run(complete_when_parked(url, token, {"ok": "race"}))
