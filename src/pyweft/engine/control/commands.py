@@ -243,6 +243,17 @@ async def recover_all(core: EngineCore) -> int:
                 core.arm_pending(state)
     ids = [i for i in await ids_with_status(core.storage, "running") if i not in core.runs]
     resumed = 0
+    if core.claims is not None and ids:
+        # Under workflow-lease, the runs nobody holds a live claim on are taken the way
+        # the reclaim scan takes a dead engine's runs: claims in batches, the runs held
+        # as evicted and replayed in the background (at once when something concerns
+        # one), so opening over many runs does not wait for each replay. Runs left for
+        # their type or version still go through resume_run below, which logs them,
+        # blocks or fails them, or raises (version_mismatch="raise"); runs held by a
+        # live engine are that engine's.
+        undrivable: list[str] = []
+        resumed += await core.reclaim(undrivable)
+        ids = undrivable
 
     async def one(workflow_id: str) -> None:
         nonlocal resumed

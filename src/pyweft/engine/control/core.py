@@ -572,7 +572,7 @@ class EngineCore:
         if run is not None:
             run.tear_down("another engine took over its claim")
 
-    async def reclaim(self) -> int:
+    async def reclaim(self, undrivable: list[str] | None = None) -> int:
         """Take over running runs whose owner stopped renewing, and drive them here.
 
         Batched, so that thousands of runs of a dead engine move within one scan: the
@@ -583,7 +583,8 @@ class EngineCore:
         once when a message or query concerns them. Runs this engine cannot drive
         (type not registered, another version) are never claimed. A claim this engine
         holds for a run nobody drives here (left over by a failure) is driven again
-        once it has looked orphaned for two scans in a row.
+        once it has looked orphaned for two scans in a row. ``undrivable`` collects the
+        unclaimed runs left alone for their type or version (recovery deals with those).
         """
         from pyweft.engine.ownership.claims import decode_holder, epoch_key, holder_key
         from pyweft.engine.replay.recovery import ids_with_status
@@ -616,11 +617,12 @@ class EngineCore:
                 asyncio.gather(*(self.storage.get(keys.wf(i)) for i in wanted)),
                 asyncio.gather(*(self.storage.get(epoch_key(i)) for i in wanted)),
             )
-            found = [
-                (workflow_id, holders.get(holder_key(workflow_id)), epoch)
-                for workflow_id, raw, epoch in zip(wanted, states, epochs, strict=True)
-                if raw is not None and self._drivable(raw)
-            ]
+            found = []
+            for workflow_id, raw, epoch in zip(wanted, states, epochs, strict=True):
+                if raw is not None and self._drivable(raw):
+                    found.append((workflow_id, holders.get(holder_key(workflow_id)), epoch))
+                elif raw is not None and undrivable is not None:
+                    undrivable.append(workflow_id)
             taken = await claims.acquire_many(found) if self.state == "open" else []
             # Held like evicted runs: replayed in the background, and at once by whatever
             # concerns them, so a big takeover answers messages before it is replayed.
