@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from pyweft import Engine, MemoryStorage, Storage, WorkflowContext, workflow
-from pyweft.errors import ConfigurationError, WorkflowCancelledError
+from pyweft import Engine, MemoryStorage, Storage, WorkflowContext, activity, workflow
 from pyweft.engine.replay import keys
+from pyweft.errors import ConfigurationError, WorkflowCancelledError
 from pyweft.storage.base import Delete, Expect, Put, StorageCapabilities
 from support.backends import Backend
 from support.poll import eventually
@@ -195,6 +195,43 @@ async def test_runs_beyond_the_cache_bound_are_evicted_and_the_rest_stay(backend
             await engine.signal(f"bound-{i}", "go", i)
         for i in range(8):
             assert (await engine.get_handle(f"bound-{i}").result(timeout=5))["signal"] == i
+
+
+busy_gate: asyncio.Event | None = None
+
+
+@activity(name="hold_busy")
+async def hold_busy() -> str:
+    assert busy_gate is not None
+    await busy_gate.wait()
+    return "done"
+
+
+@workflow(name="busy")
+async def busy(ctx: WorkflowContext) -> str:
+    return str(await ctx.run(hold_busy))
+
+
+async def test_the_bound_counts_idle_runs_only() -> None:
+    # Runs at work stay in memory whatever the bound, and do not push parked ones out.
+    global busy_gate
+    busy_gate = asyncio.Event()
+    async with Engine(
+        MemoryStorage(), workflows=[parked, busy], activities=[hold_busy], max_cached_runs=2
+    ) as engine:
+        working = [await engine.start(busy, id=f"work-{i}") for i in range(3)]
+        for i in range(3):
+            await engine.start(parked, id=f"idle-{i}")
+            await eventually(lambda i=i: engine._core.runs[f"idle-{i}"].idle, what="parked")
+        await eventually(lambda: evicted(engine, "idle-0"), what="the oldest idle run evicted")
+        await asyncio.sleep(0.05)  # a wrong sweep would evict more by now
+        assert [i for i in ("idle-1", "idle-2") if evicted(engine, i)] == []
+        assert len(engine._core.runs) == 5  # three at work, two idle: the bound's two
+        busy_gate.set()
+        assert [await h.result(timeout=5) for h in working] == ["done"] * 3
+        for i in range(3):
+            await engine.signal(f"idle-{i}", "go", i)
+            assert (await engine.get_handle(f"idle-{i}").result(timeout=5))["signal"] == i
 
 
 async def test_a_restarted_engine_takes_parked_runs_without_replaying_them(

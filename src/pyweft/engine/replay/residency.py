@@ -1,7 +1,7 @@
 """The run cache: which idle runs stay in memory, and how evicted ones come back.
 
 A run parked in a wait (signal, update, condition, review, sleep) needs nothing
-but memory. Past ``max_cached_runs`` runs in memory, the engine evicts those idle
+but memory. Past ``max_cached_runs`` idle runs in memory, the engine evicts those idle
 longest: their task is stopped (as at shutdown, nothing is written for the run)
 and all that stays is the id and the time the run must wake up at (a wait's
 timeout, a sleep's end, the run's execution timeout), in one heap served by one
@@ -122,12 +122,9 @@ class Residency:
         self._maybe_sweep()
 
     def _maybe_sweep(self) -> None:
-        if not self._sweep_due and self._resident() > self.max_cached_runs and self._idle:
+        if not self._sweep_due and len(self._idle) > self.max_cached_runs:
             self._sweep_due = True
             asyncio.get_running_loop().call_soon(self._sweep)
-
-    def _resident(self) -> int:
-        return len(self._core.runs) - len(self._evicting)
 
     def _parked(self, run: Run) -> bool:
         """Idle in a wait, live, not ending, not being evicted already."""
@@ -150,19 +147,22 @@ class Residency:
         self._sweep_due = False
         if self._core.state != "open":
             return
-        excess = self._resident() - self.max_cached_runs
+        # The bound is on idle runs: a run woken to finish its work (a burst of signals
+        # to parked runs) must not push out another parked run that would then have to
+        # be replayed in its turn; runs at work stay in memory whatever the bound.
+        excess = len(self._idle) - self.max_cached_runs
         chosen: list[Run] = []
         later: list[str] = []
         while excess > 0 and self._idle:
             workflow_id, _ = self._idle.popitem(last=False)
             run = self._core.runs.get(workflow_id)
-            if run is None:
+            if run is not None and self._parked(run) and self._writing(run):
+                later.append(workflow_id)  # kept in memory only by a write under way
                 continue
-            if self._evictable(run):
+            if run is not None and self._parked(run):
                 chosen.append(run)
-                excess -= 1
-            elif self._parked(run):  # kept in memory only by a write under way
-                later.append(workflow_id)
+            # else: at work again, or gone; it left the idle runs the bound counts.
+            excess -= 1
         if chosen:
             self._spawn(self._evict(chosen))
         if later:
