@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -59,8 +58,7 @@ from pyweft.storage import Delete, Expect, Put
 from support import crashkit as kit
 from support import crashkit_composition as kc
 
-_CHOSEN_SEEDS = os.environ.get("PYWEFT_CRASH_SEEDS", "")
-SEEDS = tuple(int(s) for s in _CHOSEN_SEEDS.split(",") if s.strip()) or (11, 23)
+SEEDS = kit.crash_seeds(11, 23)
 KILLS = 5  # per seed and test: 4 tests x 2 seeds x 5 = 40 SIGKILLs
 DELAY_S = (0.03, 0.6)  # counted from the worker's START line (imports done, engine not open)
 

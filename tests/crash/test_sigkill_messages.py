@@ -18,7 +18,6 @@ Reproduce one seed with ``PYWEFT_CRASH_SEEDS=23 pytest tests/crash/test_sigkill_
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import signal
 import time
@@ -35,8 +34,7 @@ from support import crashkit_messages as kitm
 from support.backends import postgres_schema, with_schema
 from support.poll import eventually
 
-_CHOSEN_SEEDS = os.environ.get("PYWEFT_CRASH_SEEDS", "")
-SEEDS = tuple(int(s) for s in _CHOSEN_SEEDS.split(",") if s.strip()) or (11, 23)
+SEEDS = kit.crash_seeds(11, 23)
 KILLS = 6
 KILL_DELAY_S = (0.05, 0.45)  # counted from the worker's START line (engine open, runs exist)
 FINAL_TIMEOUT_S = 60.0

@@ -13,7 +13,6 @@ so a seed reproduces the conditions, not every interleaving.
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import subprocess
 import time
@@ -26,8 +25,7 @@ from pyweft import Engine, StepInfo, WorkflowInfo
 from support import crashkit as kit
 from support.backends import postgres_schema, with_schema
 
-_CHOSEN_SEEDS = os.environ.get("PYWEFT_CRASH_SEEDS", "")
-SEEDS = tuple(int(s) for s in _CHOSEN_SEEDS.split(",") if s.strip()) or (11, 23, 37, 41, 59)
+SEEDS = kit.crash_seeds(11, 23, 37, 41, 59)
 KILLS_PER_SEED = 12
 N_RUNS = 16
 KILL_DELAY_S = (0.02, 0.4)  # counted from the worker's START line: imports done, engine not open

@@ -417,3 +417,18 @@ def wait_ready(worker: WorkerProcess, ledger: Path, timeout: float = 30.0) -> No
         if time.monotonic() > deadline:
             raise AssertionError(f"worker {worker.lifetime} not ready after {timeout}s")
         time.sleep(0.002)
+
+
+def crash_seeds(*seeds: int) -> list[Any]:
+    """Seeds for a parametrised SIGKILL test: the first runs in the default suite, the
+    rest are marked ``slow`` and run in CI's own crash step (``tests/crash -m slow``),
+    which keeps the README's test command within its time budget while CI still
+    kills processes with every seed. ``PYWEFT_CRASH_SEEDS=1,2,3`` picks the seeds
+    instead (all in the default run)."""
+    import pytest
+
+    chosen = [int(x) for x in os.environ.get("PYWEFT_CRASH_SEEDS", "").split(",") if x.strip()]
+    if chosen:
+        return chosen
+    first, *rest = seeds
+    return [first, *(pytest.param(s, marks=pytest.mark.slow) for s in rest)]
