@@ -12,6 +12,7 @@ from pyweft.clock import Clock, SystemClock, VirtualClock
 from pyweft.codec import DefaultPayloadCodec, PayloadCodec
 from pyweft.definitions import RetryPolicy, activity, workflow
 from pyweft.durations import format_duration, parse_duration
+from pyweft.engine.bulk import BulkPreview, BulkResult
 from pyweft.engine.composition.saga import Saga
 from pyweft.engine.context import WorkflowContext
 from pyweft.engine.engine import Engine
@@ -38,6 +39,9 @@ from pyweft.errors import (
     ActivityTokenNotFoundError,
     ApplicationError,
     AuthenticationError,
+    BulkDeleteRequiresTerminalWorkflowsError,
+    BulkOperationConfirmationError,
+    BulkScopeError,
     ChildWorkflowError,
     ConfigurationError,
     CorruptRecordError,
@@ -132,6 +136,8 @@ __all__ = [
     "PendingActivity",
     "StepInfo",
     "WorkflowInfo",
+    "BulkPreview",
+    "BulkResult",
     "RunInfo",
     "ScheduleInfo",
     "ScheduleOrigin",
@@ -165,6 +171,9 @@ __all__ = [
     "EngineDeposedError",
     "HistoryLimitError",
     "IdempotencyKeySpentError",
+    "BulkOperationConfirmationError",
+    "BulkDeleteRequiresTerminalWorkflowsError",
+    "BulkScopeError",
     "InvalidArgumentError",
     "InvalidDurationError",
     "LeaseAcquisitionTimeoutError",

@@ -310,6 +310,24 @@ class IdempotencyKeySpentError(PyweftError):
         self.workflow_id = workflow_id
 
 
+class BulkScopeError(InvalidArgumentError):
+    """A bulk operation's filter does not narrow it down enough (no scoped filter)."""
+
+
+class BulkOperationConfirmationError(PyweftError):
+    """A bulk commit's confirmation token is unknown, spent, expired, or was issued for
+    another operation or filter. Run the dry run again and commit with its token."""
+
+
+class BulkDeleteRequiresTerminalWorkflowsError(PyweftError):
+    """A bulk delete's filter matches runs that have not finished; only finished runs
+    can be deleted. Narrow the filter (e.g. ``status="completed"``)."""
+
+    def __init__(self, message: str, *, running: list[str]) -> None:
+        super().__init__(message)
+        self.running = running
+
+
 class LeaseAcquisitionTimeoutError(PyweftError, TimeoutError):
     """``ownership="lease"``: another engine kept the store lease past ``lease_wait_timeout``."""
 

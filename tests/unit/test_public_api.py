@@ -13,6 +13,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "reference" / "errors.md"
 EXPECTED = {
     "RetryPolicy", "WorkflowContext", "activity", "workflow", "Engine", "WorkflowHandle",
     "ErrorInfo", "Page", "RunInfo", "StepInfo", "WorkflowInfo", "Clock", "DefaultPayloadCodec",
+    "BulkPreview", "BulkResult",
     "MemoryStorage", "PayloadCodec", "SQLiteStorage", "Storage", "SystemClock", "VirtualClock",
     "open_storage", "__version__", "Escalation", "History", "HistoryEvent", "ReviewDecision",
     "ReviewInfo", "UpdateRequestHandle", "WorkflowEvent", "Saga", "Group", "LeaseHealth",

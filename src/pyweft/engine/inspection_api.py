@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from pyweft.engine import bulk
+from pyweft.engine.bulk import BulkPreview, BulkResult
 from pyweft.engine.control import maintenance
 from pyweft.engine.handle import WorkflowHandle
 from pyweft.engine.replay.info import Page, WorkflowInfo
@@ -93,12 +95,7 @@ class InspectionAPI:
         """Counts of runs per ``"status"``, ``"type"`` or search attribute, over the same
         filters as :meth:`list` (without paging). Largest groups first."""
         self._core.services_or_raise()
-        unknown = set(filters) - _FILTER_NAMES
-        if unknown:
-            raise InvalidArgumentError(
-                f"unknown filter(s) {', '.join(sorted(unknown))}; "
-                f"use {', '.join(sorted(_FILTER_NAMES))}"
-            )
+        _check_filter_names(filters)
         flt = query.build_filter(**filters)
         return await self._core.visibility.aggregate(group_by, flt)
 
@@ -141,12 +138,64 @@ class InspectionAPI:
         spent.
         """
         self._core.services_or_raise()
-        unknown = set(filters) - _FILTER_NAMES
-        if unknown:
-            raise InvalidArgumentError(f"unknown filter(s) {', '.join(sorted(unknown))}")
+        _check_filter_names(filters)
         return await maintenance.purge(self._core, query.build_filter(**filters))
+
+    async def bulk_preview(
+        self, operation: str, *, signal: tuple[str, Any] | None = None, **filters: Any
+    ) -> BulkPreview:
+        """The dry run of a bulk operation (``"cancel"``, ``"signal"`` with
+        ``signal=(name, payload)``, ``"retry_failed"`` which forks each failed run, or
+        ``"delete"`` of finished runs) over the runs matching ``filters`` (those of
+        :meth:`list`, which must include a scope: status, type, tags, attributes or an
+        id prefix of 3+ characters). Returns the count, a sample, and the token
+        :meth:`bulk_commit` needs; nothing is changed."""
+        self._core.services_or_raise()
+        _check_filter_names(filters)
+        return await bulk.preview(self._as_engine(), operation, filters, signal)
+
+    async def bulk_commit(
+        self,
+        operation: str,
+        *,
+        confirmation_token: str,
+        signal: tuple[str, Any] | None = None,
+        actor: str | None = None,
+        **filters: Any,
+    ) -> BulkResult:
+        """Apply a previewed bulk operation: the same ``operation``, ``signal`` and
+        ``filters`` as the dry run, with its token (single-use, valid 10 minutes;
+        :class:`BulkOperationConfirmationError` otherwise). Acts on the runs matching
+        now, skips runs that ended meanwhile, and writes an audit record naming
+        ``actor``."""
+        self._core.services_or_raise()
+        _check_filter_names(filters)
+        return await bulk.commit(
+            self._as_engine(),
+            operation,
+            filters,
+            confirmation_token=confirmation_token,
+            signal=signal,
+            actor=actor,
+        )
+
+    async def bulk_audit(self, *, limit: int = 50) -> builtins.list[dict[str, Any]]:
+        """The newest bulk operations committed on this store, newest first."""
+        self._core.services_or_raise()
+        if type(limit) is not int or not 1 <= limit <= 1000:
+            raise InvalidArgumentError(f"limit must be an int in [1, 1000], got {limit!r}")
+        return await bulk.audit_log(self._as_engine(), limit)
 
     async def sweep_retention(self) -> int:
         """Run one retention pass now (the engine also runs them on its interval)."""
         self._core.services_or_raise()
         return await self._sweeper.sweep()
+
+
+def _check_filter_names(filters: Mapping[str, Any]) -> None:
+    unknown = set(filters) - _FILTER_NAMES
+    if unknown:
+        raise InvalidArgumentError(
+            f"unknown filter(s) {', '.join(sorted(unknown))}; "
+            f"use {', '.join(sorted(_FILTER_NAMES))}"
+        )

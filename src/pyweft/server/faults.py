@@ -35,6 +35,8 @@ _STATUS: tuple[tuple[type[errors.PyweftError], int], ...] = (
     (errors.QueryNotFoundError, 404),
     (errors.WorkflowAlreadyExistsError, 409),
     (errors.IdempotencyKeySpentError, 409),
+    (errors.BulkOperationConfirmationError, 409),
+    (errors.BulkDeleteRequiresTerminalWorkflowsError, 422),
     (errors.WorkflowTerminalError, 409),
     (errors.ReviewAlreadyDecidedError, 409),
     (errors.QueryUnavailableError, 409),
