@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 
@@ -160,6 +162,42 @@ async def test_purge_needs_a_matching_confirmation(http: httpx.AsyncClient) -> N
     assert done.json() == {"dry_run": False, "purged": 1}
     assert (await http.get(f"{API}/workflows/done")).status_code == 404
     assert (await http.get(f"{API}/workflows/live")).status_code == 200
+
+
+async def test_bulk_signal_dry_run_then_commit_with_the_token(
+    http: httpx.AsyncClient,
+) -> None:
+    for i in range(3):
+        await http.post(f"{API}/workflows", json={"type": "waits_for_go", "id": f"bk-{i}"})
+    body: dict[str, Any] = {
+        "filter": {"id_prefix": "bk-", "status": "running"},
+        "signal": {"name": "go", "payload": "all"},
+    }
+    dry = (await http.post(f"{API}/bulk/signal", json=body)).json()
+    assert dry["dry_run"] is True and dry["matched"] == 3 and len(dry["sample"]) == 3
+    unscoped = await http.post(f"{API}/bulk/cancel", json={"filter": {}})
+    assert unscoped.status_code == 400
+    assert unscoped.json()["error"]["code"] == "BulkScopeError"
+    other = {**body, "signal": {"name": "go", "payload": "x"}}
+    wrong = await http.post(
+        f"{API}/bulk/signal",
+        json={**other, "dry_run": False, "confirmation_token": dry["confirmation_token"]},
+    )
+    assert wrong.status_code == 409
+    assert wrong.json()["error"]["code"] == "BulkOperationConfirmationError"
+    done = await http.post(
+        f"{API}/bulk/signal",
+        json={**body, "dry_run": False, "confirmation_token": dry["confirmation_token"]},
+    )
+    assert done.status_code == 200
+    assert (done.json()["matched"], done.json()["applied"]) == (3, 3)
+    for i in range(3):
+        got = await http.get(f"{API}/workflows/bk-{i}/result", params={"wait": 10})
+        assert got.json()["result"] == {"go": "all"}
+    audit = (await http.get(f"{API}/bulk/audit")).json()["items"]
+    assert [a["audit_id"] for a in audit] == [done.json()["audit_id"]]
+    assert audit[0]["operation"] == "signal" and audit[0]["actor"] == "anonymous"
+    assert (await http.post(f"{API}/bulk/terminate", json={})).status_code == 400
 
 
 async def test_body_over_the_cap_is_413_before_reading(make_client: object) -> None:

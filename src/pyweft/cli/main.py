@@ -14,6 +14,7 @@ from pyweft.cli import (
     CODEC_ENV,
     activities,
     apps,
+    bulk,
     demo,
     doctor,
     keys,
@@ -57,6 +58,7 @@ app = typer.Typer(
 app.command("doctor")(doctor.doctor)
 app.command("demo")(demo.demo)
 workflows.app.command("purge")(purge.purge_runs)
+workflows.app.command("bulk")(bulk.bulk_runs)
 workflows.app.command("export")(replay.export_runs)
 app.command("replay")(replay.replay_histories)
 app.add_typer(workflows.app, name="workflows")

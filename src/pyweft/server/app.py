@@ -29,6 +29,7 @@ from pyweft import (
 )
 from pyweft.server import (
     faults,
+    routes_bulk,
     routes_messages,
     routes_streams,
     routes_system,
@@ -51,6 +52,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     *routes_workflows.ENDPOINTS,
     *routes_messages.ENDPOINTS,
     *routes_streams.ENDPOINTS,
+    *routes_bulk.ENDPOINTS,
 )
 WS_SCOPES = ("events:read",)
 
