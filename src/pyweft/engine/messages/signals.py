@@ -73,6 +73,7 @@ async def wait_for_signal(run: Run, step: int, name: str, timeout_s: float | Non
         head = await _next_signal(run, name)
         if head is not None:
             key, raw = head
+            _saw(run, name, key)  # a cache filled at load has no mark yet
             signal = records.decode_signal(raw)
             done = StepRecord(
                 step=step,
@@ -100,6 +101,8 @@ async def _next_signal(run: Run, name: str) -> tuple[str, bytes] | None:
         run.signal_synced.discard(name)
         rows = await run.services.storage.scan(keys.signal_prefix(run.id, name), limit=_SCAN_BATCH)
         cache = run.signal_cache[name] = list(reversed(rows))  # pop() takes the oldest
+        if rows:
+            _saw(run, name, rows[-1][0])
         # The cache is complete only if it holds everything buffered: no more than one
         # batch, and no signal committed while the scan ran (it may be missing from it).
         if len(rows) < _SCAN_BATCH and run.signal_arrivals.get(name, 0) == arrivals:
@@ -124,12 +127,27 @@ def forget_buffered(run: Run, name: str) -> None:
 
 
 def buffered(run: Run, name: str, key: str, raw: bytes) -> None:
-    """A signal was just committed for this run: add it to the cache if the cache is complete."""
+    """A signal was just committed for this run: add it to the cache if the cache is complete.
+
+    The sender says so only once its commit has returned, and the run may have looked
+    in the store in between: it then found the signal there, and may even have
+    consumed it already (the cache is empty again). A signal no newer than any the
+    cache ever held is therefore never added: it was seen, and consuming it twice
+    would fail on its deleted bytes (issue 16).
+    """
     run.signal_arrivals[name] = run.signal_arrivals.get(name, 0) + 1
     cache = run.signal_cache.get(name)
-    if cache is not None and name in run.signal_synced and (not cache or cache[0][0] < key):
+    if cache is not None and name in run.signal_synced and key > run.signal_seen.get(name, ""):
         cache.insert(0, (key, raw))
+        _saw(run, name, key)
     run.notify()
+
+
+def _saw(run: Run, name: str, key: str) -> None:
+    # Signal keys of one name sort by their arrival sequence, so the newest key ever
+    # cached is a high-water mark: anything at or below it was in the store already.
+    if key > run.signal_seen.get(name, ""):
+        run.signal_seen[name] = key
 
 
 # --- the sending side ---------------------------------------------------------------

@@ -224,6 +224,7 @@ class Run:
         self.signal_cache: dict[str, list[tuple[str, bytes]]] = {}
         self.signal_synced: set[str] = set()
         self.signal_arrivals: dict[str, int] = {}
+        self.signal_seen: dict[str, str] = {}  # per name, the newest signal key cached yet
         self._next_step = 0
         self._live_ops = 0
         self.child_waits = 0  # live operations waiting for a child run or race branches
