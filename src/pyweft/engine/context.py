@@ -25,7 +25,7 @@ from pyweft.definitions import (
 from pyweft.durations import parse_duration, parse_optional_duration, parse_timestamp
 from pyweft.engine.composition import children, fanout
 from pyweft.engine.composition.saga import Saga
-from pyweft.engine.messages import conditions, reviews, signals, updates
+from pyweft.engine.messages import conditions, handlers, reviews, signals, updates
 from pyweft.engine.messages.reviews import Escalation, ReviewDecision
 from pyweft.engine.messages.updates import UpdateRequestHandle
 from pyweft.engine.replay import keys, operations
@@ -247,6 +247,24 @@ class WorkflowContext:
             return f
 
         return register(fn) if fn is not None else register
+
+    def on_signal(self, name: str, handler: Callable[..., Any] | None = None) -> Callable[..., Any]:
+        """Apply every ``name`` signal with ``handler(payload)`` (or ``handler()``), in
+        arrival order, exactly once, between steps.
+
+        Use as ``ctx.on_signal("add", items.append)`` or as a decorator:
+        ``@ctx.on_signal("add")``. The handler is a plain function that changes workflow
+        state (``ctx.wait_until`` sees the change); each application is recorded, so replay
+        applies the same signals at the same points. Signals buffered before registration
+        are applied too. A name has either a handler or ``ctx.wait_for_signal`` waits,
+        never both. A handler that raises fails the run.
+        """
+
+        def register(f: Callable[..., Any]) -> Callable[..., Any]:
+            handlers.register(self._run, name, f)
+            return f
+
+        return register(handler) if handler is not None else register
 
     def on_update(
         self,

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pyweft.codec import call_types
+from pyweft.engine.messages import handlers
 from pyweft.engine.messages.signals import check_name, terminal_error
 from pyweft.engine.replay import keys, records, waits
 from pyweft.engine.replay.operations import guarded, operation
@@ -561,10 +562,16 @@ class _Hooks:
     """The ``UpdateHooks`` the engine hands its runs (``RunServices.updates``)."""
 
     async def process(self, run: Run) -> None:
-        await process_updates(run)
+        if run.signals_dirty and run.signal_handlers:
+            await handlers.apply_signals(run)
+        if run.updates_dirty and run.update_handlers:
+            await process_updates(run)
 
     def reapply(self, run: Run, applied: AppliedUpdate) -> None:
-        reapply(run, applied)
+        if applied.kind == handlers.SIGNAL:
+            handlers.reapply(run, applied)
+        else:
+            reapply(run, applied)
 
 
 HOOKS = _Hooks()
