@@ -23,9 +23,9 @@ from pyweft import Engine
 WORKER = Path(__file__).with_name("handlers_worker.py")
 
 
-def _worker(db: Path, count: int, when: str) -> subprocess.Popen[bytes]:
+def _worker(db: Path, count: int, when: str, *extra: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, str(WORKER), str(db), str(count), when],
+        [sys.executable, str(WORKER), str(db), str(count), when, *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
@@ -66,3 +66,24 @@ async def _started(client: Engine) -> None:
         return True
 
     await eventually(exists, timeout=30, what="the worker started the run")
+
+
+async def test_signals_sent_by_a_workflow_arrive_once_when_the_sender_dies_mid_step(
+    tmp_path: Path,
+) -> None:
+    """The sender is killed right after the signal is buffered and before its step is
+    recorded: the replayed step sends again with the same derived signal id."""
+    db = tmp_path / "pyweft.db"
+    count = 5
+    first = _worker(db, count, "after", "relay")
+    _, err = first.communicate(timeout=30)
+    assert first.returncode == -signal.SIGKILL, err.decode()
+    second = _worker(db, count, "never", "relay")
+    out, err = second.communicate(timeout=60)
+    assert second.returncode == 0, err.decode()
+    result = json.loads(out.decode().strip().splitlines()[-1])
+    assert result == {"seen": list(range(count)), "total": sum(range(count))}
+    async with Engine(f"sqlite:///{db}", role="client") as client:
+        sent = [s.kind for s in await client.history("relay")]
+        assert sent == ["signal_workflow"] * count
+        assert await client.get_handle("relay").result(timeout=10) == count

@@ -25,7 +25,7 @@ from pyweft.definitions import (
 from pyweft.durations import parse_duration, parse_optional_duration, parse_timestamp
 from pyweft.engine.composition import children, fanout
 from pyweft.engine.composition.saga import Saga
-from pyweft.engine.messages import conditions, handlers, reviews, signals, updates
+from pyweft.engine.messages import conditions, handlers, outbound, reviews, signals, updates
 from pyweft.engine.messages.reviews import Escalation, ReviewDecision
 from pyweft.engine.messages.updates import UpdateRequestHandle
 from pyweft.engine.replay import keys, operations
@@ -265,6 +265,26 @@ class WorkflowContext:
             return f
 
         return register(handler) if handler is not None else register
+
+    def signal_workflow(self, workflow_id: str, name: str, payload: Any = None) -> Awaitable[None]:
+        """Send signal ``name`` to another run, as one durable step, exactly once.
+
+        The signal id is derived from this run and step, so a resend after a crash is
+        the same signal. A child reaches its parent with ``ctx.info.parent_id``. An
+        unknown or finished target raises ``WorkflowNotFoundError`` /
+        ``WorkflowTerminalError`` (recorded: replay raises it again).
+        """
+        target, checked = outbound.check_signal_args(self._run, workflow_id, name)
+        return outbound.signal_workflow(self._run, self._run.alloc_step(), target, checked, payload)
+
+    def cancel_workflow(self, workflow_id: str) -> Awaitable[None]:
+        """Ask another run to cancel, as one durable step (asked once, even across crashes).
+
+        Returns once the request is stored, not when the target has finished; a finished
+        target is left as it is. An unknown id raises ``WorkflowNotFoundError``.
+        """
+        target = outbound.check_cancel_target(self._run, workflow_id)
+        return outbound.cancel_workflow(self._run, self._run.alloc_step(), target)
 
     def on_update(
         self,
