@@ -247,6 +247,8 @@ class Run:
         # Answers given with respond() and still being written: the run ends only after
         # them, so a crash can never leave a finished run without an answer it gave.
         self.answering: set[asyncio.Task[None]] = set()
+        # Updates taken with wait_for_update and not answered yet (id -> name).
+        self.unanswered: dict[str, str] = {}
         self.attributes: dict[str, Any] = dict(attributes or {})
         # ctx.now(): the time the latest step the workflow saw was recorded; replay-stable.
         self.logical_now = state.generation_started_at or state.created_at
@@ -965,6 +967,13 @@ class Run:
     ) -> None:
         """Commit the run's end, with its children's close policies in the same batch."""
         await self.answers_written()
+        if self.unanswered:
+            self.warn(
+                f"the run ends {status} with {len(self.unanswered)} update(s) taken by "
+                f"wait_for_update and never answered ({', '.join(sorted(self.unanswered))}): "
+                "their callers get WorkflowTerminalError. Answer each request with "
+                "respond() or fail() before returning."
+            )
         host = self.services.children
         while True:
             plan = None
