@@ -161,3 +161,43 @@ async def test_an_async_signal_handler_is_refused_with_advice(backend: Backend) 
             await (await engine.start(async_handler)).result(timeout=5)
     assert DefinitionError.__name__ in str(info.value)
     assert "ctx.on_update" in str(info.value)
+
+
+async def test_an_evicted_run_rebuilds_its_handler_state_when_a_signal_brings_it_back(
+    backend: Backend,
+) -> None:
+    async with backend.engine(workflows=[cart], max_cached_runs=0) as engine:
+        handle = await engine.start(cart, id="ev")
+        for item in ("a", "b", "c"):
+            await engine.signal("ev", "add", item)
+            # Parked and evicted after each one: the next signal replays it first.
+            await eventually(lambda: _evicted(engine, "ev"), what="evicted")
+        await engine.signal("ev", "remove", "b")
+        await engine.signal("ev", "close")
+        assert await handle.result(timeout=5) == {"items": ["a", "c"], "removed": ["b"]}
+
+
+@workflow
+async def waits_then_registers(ctx: WorkflowContext) -> str:
+    try:
+        await ctx.race(ctx.wait_for_signal("x"), ctx.memo("register", lambda: _register(ctx)))
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return "no error"
+
+
+def _register(ctx: WorkflowContext) -> None:
+    ctx.on_signal("x", lambda: None)
+
+
+async def test_registering_a_handler_for_a_name_a_wait_is_waiting_on_is_a_clear_error(
+    backend: Backend,
+) -> None:
+    async with backend.engine(workflows=[waits_then_registers]) as engine:
+        result = await (await engine.start(waits_then_registers)).result(timeout=5)
+    assert result.startswith("WorkflowUsageError: signal 'x' has a handler")
+
+
+def _evicted(engine: Engine, workflow_id: str) -> bool:
+    core = engine._core
+    return workflow_id in core.residency.evicted and workflow_id not in core.runs
