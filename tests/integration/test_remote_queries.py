@@ -12,7 +12,6 @@ from pyweft import (
     QueryNotFoundError,
     QueryUnavailableError,
     WorkflowContext,
-    WorkflowTerminalError,
     workflow,
 )
 from pyweft.engine.replay import keys, records
@@ -79,8 +78,8 @@ async def test_a_query_through_another_engine_is_answered_by_the_owner(backend: 
             await asker.signal(handle.id, "close")
         assert await handle.result(timeout=5) == 1
         async with backend.engine(workflows=[till], role="client") as asker:
-            with pytest.raises(WorkflowTerminalError):
-                await asker.query(handle.id, "lines")
+            # Finished: the asker replays its journal to answer (issue 16).
+            assert await asker.query(handle.id, "lines") == [{"sku": "tea", "price": "2.50"}]
 
 
 async def test_with_nobody_to_answer_the_asker_gets_unavailable_and_writes_nothing_lasting(

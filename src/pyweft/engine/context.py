@@ -25,7 +25,7 @@ from pyweft.definitions import (
 from pyweft.durations import parse_duration, parse_optional_duration, parse_timestamp
 from pyweft.engine.composition import children, fanout
 from pyweft.engine.composition.saga import Saga
-from pyweft.engine.messages import conditions, reviews, signals, updates
+from pyweft.engine.messages import conditions, handlers, outbound, reviews, signals, updates
 from pyweft.engine.messages.reviews import Escalation, ReviewDecision
 from pyweft.engine.messages.updates import UpdateRequestHandle
 from pyweft.engine.replay import keys, operations
@@ -247,6 +247,44 @@ class WorkflowContext:
             return f
 
         return register(fn) if fn is not None else register
+
+    def on_signal(self, name: str, handler: Callable[..., Any] | None = None) -> Callable[..., Any]:
+        """Apply every ``name`` signal with ``handler(payload)`` (or ``handler()``), in
+        arrival order, exactly once, between steps.
+
+        Use as ``ctx.on_signal("add", items.append)`` or as a decorator:
+        ``@ctx.on_signal("add")``. The handler is a plain function that changes workflow
+        state (``ctx.wait_until`` sees the change); each application is recorded, so replay
+        applies the same signals at the same points. Signals buffered before registration
+        are applied too. A name has either a handler or ``ctx.wait_for_signal`` waits,
+        never both. A handler that raises fails the run.
+        """
+
+        def register(f: Callable[..., Any]) -> Callable[..., Any]:
+            handlers.register(self._run, name, f)
+            return f
+
+        return register(handler) if handler is not None else register
+
+    def signal_workflow(self, workflow_id: str, name: str, payload: Any = None) -> Awaitable[None]:
+        """Send signal ``name`` to another run, as one durable step, exactly once.
+
+        The signal id is derived from this run and step, so a resend after a crash is
+        the same signal. A child reaches its parent with ``ctx.info.parent_id``. An
+        unknown or finished target raises ``WorkflowNotFoundError`` /
+        ``WorkflowTerminalError`` (recorded: replay raises it again).
+        """
+        target, checked = outbound.check_signal_args(self._run, workflow_id, name)
+        return outbound.signal_workflow(self._run, self._run.alloc_step(), target, checked, payload)
+
+    def cancel_workflow(self, workflow_id: str) -> Awaitable[None]:
+        """Ask another run to cancel, as one durable step (asked once, even across crashes).
+
+        Returns once the request is stored, not when the target has finished; a finished
+        target is left as it is. An unknown id raises ``WorkflowNotFoundError``.
+        """
+        target = outbound.check_cancel_target(self._run, workflow_id)
+        return outbound.cancel_workflow(self._run, self._run.alloc_step(), target)
 
     def on_update(
         self,

@@ -125,10 +125,15 @@ class MessagingAPI:
         When this engine drives the run, the handler is called at once and nothing
         is written. Otherwise the question goes through the store to the engine
         that drives it, which answers within its ``poll_interval``; ``timeout``
-        bounds that wait (``QueryUnavailableError`` when nobody answers).
+        bounds that wait (``QueryUnavailableError`` when nobody answers). A finished
+        run is replayed from its journal here to answer (nothing runs or is written).
         """
         seconds = parse_duration(timeout, field="timeout")
-        return await run_queries.query(self._core, workflow_id, name, args, seconds)
+        from pyweft.engine.context import WorkflowContext as replay_context  # a finished run
+
+        return await run_queries.query(
+            self._core, workflow_id, name, args, seconds, make_context=replay_context
+        )
 
     async def update(
         self,

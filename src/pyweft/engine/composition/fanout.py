@@ -133,5 +133,8 @@ async def race(run: Run, step: int, branches: Sequence[Awaitable[Any]]) -> tuple
     if outer is not None:  # a race inside a race branch: the outer race decides
         outer.extend(entries)
     elif not await run.commit_steps(entries):
-        raise Superseded()  # the winner's input (a signal) was taken by another writer
+        # The winner's input (a signal) is gone from the store. In one engine that cannot
+        # happen any more (signals.buffered keeps consumed signals out of the cache), so
+        # someone else took it: the run is re-driven from its journal and races again.
+        raise Superseded()
     return winner, tasks[winner].result()

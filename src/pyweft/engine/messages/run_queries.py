@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pyweft.codec import call_types, decode_args, encode_args, payload_size_error
@@ -47,17 +48,54 @@ _MAX_DELAY = 0.1  # the asker looks for the answer at least this often
 
 
 async def query(
-    core: EngineCore, workflow_id: str, name: str, args: tuple[Any, ...], timeout_s: float
+    core: EngineCore,
+    workflow_id: str,
+    name: str,
+    args: tuple[Any, ...],
+    timeout_s: float,
+    make_context: Callable[[Run], Any] | None = None,
 ) -> Any:
-    """Ask ``name`` of the run: here if it is driven here, else through the store."""
+    """Ask ``name`` of the run: here if it is driven here, else through the store; a
+    finished run is replayed here to answer (with ``make_context``, the workflow context
+    class, which this layer may not import)."""
     core.services_or_raise()
     check_name(name, "query")
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
     run = await core.resident(workflow_id)  # an evicted run is replayed to answer
     if run is not None and not run.done.done():
-        return _handler(run, name)(*args)
+        handler = await _handler_soon(run, name, min(timeout_s, REGISTRATION_GRACE_S))
+        if handler is not None:
+            return handler(*args)
+        if not run.done.done():
+            _handler(run, name)  # raises QueryNotFoundError
     state = await core.visibility.state(workflow_id)
+    if state.status in records.TERMINAL_STATUSES and make_context is not None:
+        from pyweft.engine.messages.finished_queries import query_finished
+
+        remaining = max(deadline - loop.time(), 0.001)
+        return await query_finished(core, workflow_id, name, args, remaining, make_context)
     _check_answerable(workflow_id, state)
-    return await _ask_owner(core, workflow_id, name, args, timeout_s)
+    return await _ask_owner(core, workflow_id, name, args, timeout_s)  # not driven here
+
+
+REGISTRATION_GRACE_S = 2.0
+"""How long a query waits for a run that has not registered the handler yet (one just
+started, still running its first lines) before it is told there is no such query."""
+
+
+async def _handler_soon(run: Run, name: str, grace_s: float) -> Any:
+    """The handler, once the run registers it; ``None`` if the run parks in a wait (or
+    ends, or ``grace_s`` passes) without registering it: then it has no such query."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace_s
+    delay = 0.001
+    while (handler := run.query_handlers.get(name)) is None:
+        if run.done.done() or run.waiting or loop.time() >= deadline:
+            return None
+        await asyncio.sleep(delay)  # rare (a query racing the run's first lines): no hook
+        delay = min(delay * 2, 0.02)
+    return handler
 
 
 def _handler(run: Run, name: str) -> Any:

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pyweft.engine.replay import keys, records, waits
 from pyweft.engine.replay.operations import operation
-from pyweft.engine.replay.records import SignalRecord, StepRecord, WorkflowState
+from pyweft.engine.replay.records import PendingStep, SignalRecord, StepRecord, WorkflowState
 from pyweft.engine.replay.run import Run, RunServices
-from pyweft.errors import WorkflowTerminalError
+from pyweft.errors import WorkflowTerminalError, WorkflowUsageError
 from pyweft.storage.base import Delete, Expect, Get, Op, Put, read_many
 
 if TYPE_CHECKING:
@@ -58,21 +58,50 @@ def terminal_error(state: WorkflowState, what: str) -> WorkflowTerminalError:
 async def wait_for_signal(run: Run, step: int, name: str, timeout_s: float | None) -> Any:
     """Return the payload of the oldest buffered ``name`` signal, waiting if there is none."""
     rec = run.replay(step, "signal", name)
-    codec = run.services.codec
     if rec is not None:
+        codec = run.services.codec
         if rec.ok:
             return codec.decode(rec.value) if rec.value is not None else None
         raise waits.timeout_error(run, step, "signal", name)
+    if name in run.signal_handlers:
+        raise WorkflowUsageError(mixing_error(name))
     await run.enter_live()
     clock = run.services.clock
     pend = run.take_pending(step, "signal", name)
     started = pend.first_started_at if pend else clock.now()
     deadline = pend.deadline if pend else (None if timeout_s is None else started + timeout_s)
+    run.signal_waits[name] = run.signal_waits.get(name, 0) + 1
+    try:
+        return await _take(run, step, name, pend, started, deadline)
+    finally:
+        run.signal_waits[name] -= 1
+        if not run.signal_waits[name]:
+            del run.signal_waits[name]
+
+
+def mixing_error(name: str) -> str:
+    return (
+        f"signal {name!r} has a handler (ctx.on_signal) and a ctx.wait_for_signal: each "
+        "signal would go to one of them by chance. Use one or the other for a name (the "
+        "handler can set a value that ctx.wait_until waits for)."
+    )
+
+
+async def _take(
+    run: Run,
+    step: int,
+    name: str,
+    pend: PendingStep | None,
+    started: float,
+    deadline: float | None,
+) -> Any:
+    codec, clock = run.services.codec, run.services.clock
     while True:
         seen = run.wake_seq  # before looking: a signal that lands after the look wakes the park
         head = await _next_signal(run, name)
         if head is not None:
             key, raw = head
+            _saw(run, name, key)  # a cache filled at load has no mark yet
             signal = records.decode_signal(raw)
             done = StepRecord(
                 step=step,
@@ -100,6 +129,8 @@ async def _next_signal(run: Run, name: str) -> tuple[str, bytes] | None:
         run.signal_synced.discard(name)
         rows = await run.services.storage.scan(keys.signal_prefix(run.id, name), limit=_SCAN_BATCH)
         cache = run.signal_cache[name] = list(reversed(rows))  # pop() takes the oldest
+        if rows:
+            _saw(run, name, rows[-1][0])
         # The cache is complete only if it holds everything buffered: no more than one
         # batch, and no signal committed while the scan ran (it may be missing from it).
         if len(rows) < _SCAN_BATCH and run.signal_arrivals.get(name, 0) == arrivals:
@@ -120,16 +151,35 @@ def forget_buffered(run: Run, name: str) -> None:
     run.signal_cache.pop(name, None)
     run.signal_synced.discard(name)
     run.signal_arrivals[name] = run.signal_arrivals.get(name, 0) + 1  # a scan in flight too
+    if name in run.signal_handlers:
+        run.signals_dirty = True
     run.notify()
 
 
 def buffered(run: Run, name: str, key: str, raw: bytes) -> None:
-    """A signal was just committed for this run: add it to the cache if the cache is complete."""
+    """A signal was just committed for this run: add it to the cache if the cache is complete.
+
+    The sender says so only once its commit has returned, and the run may have looked
+    in the store in between: it then found the signal there, and may even have
+    consumed it already (the cache is empty again). A signal no newer than any the
+    cache ever held is therefore never added: it was seen, and consuming it twice
+    would fail on its deleted bytes (issue 16).
+    """
     run.signal_arrivals[name] = run.signal_arrivals.get(name, 0) + 1
     cache = run.signal_cache.get(name)
-    if cache is not None and name in run.signal_synced and (not cache or cache[0][0] < key):
+    if cache is not None and name in run.signal_synced and key > run.signal_seen.get(name, ""):
         cache.insert(0, (key, raw))
+        _saw(run, name, key)
+    if name in run.signal_handlers:
+        run.signals_dirty = True
     run.notify()
+
+
+def _saw(run: Run, name: str, key: str) -> None:
+    # Signal keys of one name sort by their arrival sequence, so the newest key ever
+    # cached is a high-water mark: anything at or below it was in the store already.
+    if key > run.signal_seen.get(name, ""):
+        run.signal_seen[name] = key
 
 
 # --- the sending side ---------------------------------------------------------------

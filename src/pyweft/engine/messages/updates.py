@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pyweft.codec import call_types
+from pyweft.engine.messages import handlers
 from pyweft.engine.messages.signals import check_name, terminal_error
 from pyweft.engine.replay import keys, records, waits
 from pyweft.engine.replay.operations import guarded, operation
@@ -231,12 +232,13 @@ class UpdateRequestHandle:
     _run: Run = field(repr=False)
     _responded: bool = field(default=False, repr=False)
 
+    def __post_init__(self) -> None:
+        self._run.unanswered[self.update_id] = self.name  # warned about if never answered
+
     def respond(self, value: Any = None) -> asyncio.Task[None]:
         """Answer the caller. The answer is written at once; awaiting the task is optional:
         the run does not end (or continue as new) before the answer is stored."""
-        if self._responded:
-            raise WorkflowUsageError(f"update {self.update_id!r} was already answered")
-        self._responded = True
+        self._answering()
         run = self._run
         response = UpdateResponse(
             update_id=self.update_id,
@@ -246,6 +248,36 @@ class UpdateRequestHandle:
             value=run.encode_result(value, f"answer to update {self.name!r}"),
             name=self.name,
         )
+        return self._write(response)
+
+    def fail(self, error: BaseException | str) -> asyncio.Task[None]:
+        """Fail the update: the caller gets :class:`~pyweft.UpdateFailedError` with the
+        error's type and message (a string fails it as ``ApplicationError``). Written like
+        :meth:`respond`; a request is answered or failed once."""
+        self._answering()
+        info = (
+            ErrorInfo(type="ApplicationError", message=error, code="ApplicationError")
+            if isinstance(error, str)
+            else records.error_info(error)
+        )
+        response = UpdateResponse(
+            update_id=self.update_id,
+            workflow_id=self._run.id,
+            ok=False,
+            answered_at=self._run.services.clock.now(),
+            error=info,
+            name=self.name,
+        )
+        return self._write(response)
+
+    def _answering(self) -> None:
+        if self._responded:
+            raise WorkflowUsageError(f"update {self.update_id!r} was already answered")
+        self._responded = True
+        self._run.unanswered.pop(self.update_id, None)
+
+    def _write(self, response: UpdateResponse) -> asyncio.Task[None]:
+        run = self._run
         task = asyncio.get_running_loop().create_task(_write_response(run, response))
         run.answering.add(task)
         task.add_done_callback(functools.partial(_answer_written, run))
@@ -267,7 +299,7 @@ async def _write_response(run: Run, response: UpdateResponse) -> None:
         [Put(key=key, value=records.encode(response))], workflow_id=run.id
     )
     run.services.on_update_response(response)
-    run.emit("update_completed", update_id=response.update_id, ok=True)
+    run.emit("update_completed", update_id=response.update_id, ok=response.ok)
 
 
 @operation
@@ -561,10 +593,16 @@ class _Hooks:
     """The ``UpdateHooks`` the engine hands its runs (``RunServices.updates``)."""
 
     async def process(self, run: Run) -> None:
-        await process_updates(run)
+        if run.signals_dirty and run.signal_handlers:
+            await handlers.apply_signals(run)
+        if run.updates_dirty and run.update_handlers:
+            await process_updates(run)
 
     def reapply(self, run: Run, applied: AppliedUpdate) -> None:
-        reapply(run, applied)
+        if applied.kind == handlers.SIGNAL:
+            handlers.reapply(run, applied)
+        else:
+            reapply(run, applied)
 
 
 HOOKS = _Hooks()

@@ -162,7 +162,7 @@ async def wake(core: EngineCore, run: Run) -> None:
         # Attributes set from outside join the run's view; changes the run has not
         # committed yet win over them.
         run.attributes = {**stored, **run.attributes} if staged else {**run.attributes, **stored}
-    run.updates_dirty = True
+    run.updates_dirty = run.signals_dirty = True
     run.signal_cache.clear()
     run.notify()
     if run.update_handlers and not run.replaying:

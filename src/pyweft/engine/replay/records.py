@@ -235,7 +235,8 @@ class QueryResponse(msgspec.Struct, array_like=True):
 
 
 class AppliedUpdate(msgspec.Struct, array_like=True):
-    """An update applied by an ``on_update`` handler at a step boundary.
+    """An update (or signal) applied by an ``on_update`` (``on_signal``) handler at a step
+    boundary; for a signal, ``update_id`` holds the signal's key.
 
     Replay calls the handler again with the same payload at the same boundary,
     so the workflow's in-memory state is rebuilt exactly.
@@ -247,6 +248,7 @@ class AppliedUpdate(msgspec.Struct, array_like=True):
     name: str
     payload: bytes | None
     applied_at: float = 0.0
+    kind: str = "update"  # or "signal": a signal applied by an ``on_signal`` handler
 
 
 class ReviewRecord(msgspec.Struct, array_like=True):

@@ -224,6 +224,12 @@ class Run:
         self.signal_cache: dict[str, list[tuple[str, bytes]]] = {}
         self.signal_synced: set[str] = set()
         self.signal_arrivals: dict[str, int] = {}
+        self.signal_seen: dict[str, str] = {}  # per name, the newest signal key cached yet
+        # ctx.on_signal handlers (messages/handlers.py), the names ctx.wait_for_signal is
+        # waiting on, and whether buffered signals may wait for a handler.
+        self.signal_handlers: dict[str, Any] = {}
+        self.signal_waits: dict[str, int] = {}
+        self.signals_dirty = False
         self._next_step = 0
         self._live_ops = 0
         self.child_waits = 0  # live operations waiting for a child run or race branches
@@ -241,6 +247,8 @@ class Run:
         # Answers given with respond() and still being written: the run ends only after
         # them, so a crash can never leave a finished run without an answer it gave.
         self.answering: set[asyncio.Task[None]] = set()
+        # Updates taken with wait_for_update and not answered yet (id -> name).
+        self.unanswered: dict[str, str] = {}
         self.attributes: dict[str, Any] = dict(attributes or {})
         # ctx.now(): the time the latest step the workflow saw was recorded; replay-stable.
         self.logical_now = state.generation_started_at or state.created_at
@@ -386,7 +394,7 @@ class Run:
         self.check_alive()
         if self.interruption_due():
             raise asyncio.CancelledError()
-        if self.updates_dirty and self.update_handlers and self.services.updates is not None:
+        if self.messages_due and self.services.updates is not None:
             await self.services.updates.process(self)
 
     def interruption_due(self) -> bool:
@@ -486,7 +494,7 @@ class Run:
         if self._parked is None:
             self._parked = {}
         try:
-            if not fut.done() and self.updates_dirty and self.update_handlers:
+            if not fut.done() and self.messages_due:
                 await self._process_updates()  # requests that came while it was busy
             if not fut.done():
                 self._parked[fut] = deadline
@@ -499,8 +507,16 @@ class Run:
                 timer.cancel()
             if fut in self._changed:
                 self._changed.remove(fut)
-        if self.updates_dirty and self.update_handlers:
+        if self.messages_due:
             await self._process_updates()
+
+    @property
+    def messages_due(self) -> bool:
+        """True when update requests or signals may be waiting for a handler here."""
+        return bool(
+            (self.updates_dirty and self.update_handlers)
+            or (self.signals_dirty and self.signal_handlers)
+        )
 
     async def _process_updates(self) -> None:
         if not self.replaying and self.services.updates is not None:
@@ -849,7 +865,7 @@ class Run:
         self.has_children = False
         self.journal, self.pendings, self._open_pendings = {}, {}, set()
         self.recorded_updates, self.update_index, self.version_pins = {}, {}, {}
-        self.query_handlers, self.update_handlers = {}, {}
+        self.query_handlers, self.update_handlers, self.signal_handlers = {}, {}, {}
         self._next_step = 0
         self.logical_now = now
         self._rng = None  # the new generation's sequence, seeded on first use
@@ -951,6 +967,13 @@ class Run:
     ) -> None:
         """Commit the run's end, with its children's close policies in the same batch."""
         await self.answers_written()
+        if self.unanswered:
+            self.warn(
+                f"the run ends {status} with {len(self.unanswered)} update(s) taken by "
+                f"wait_for_update and never answered ({', '.join(sorted(self.unanswered))}): "
+                "their callers get WorkflowTerminalError. Answer each request with "
+                "respond() or fail() before returning."
+            )
         host = self.services.children
         while True:
             plan = None
