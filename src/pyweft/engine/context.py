@@ -39,6 +39,7 @@ from pyweft.errors import (
 )
 
 if TYPE_CHECKING:
+    from pyweft.engine.messages.streams import StreamWriter
     from pyweft.engine.state.locks import Lock
     from pyweft.engine.state.steps import StateHandle
 
@@ -486,3 +487,24 @@ class WorkflowContext:
     def attributes(self) -> dict[str, Any]:
         """The run's current search attributes (a copy)."""
         return dict(self._run.attributes)
+
+    # --- published events and streams (issue 16; see messages/published.py) ------------
+
+    def set_event(self, key: str, value: Any) -> Awaitable[None]:
+        """Publish ``value`` (any codec value) as this run's event ``key``, as a step.
+
+        Durable when awaited; the latest write wins. Others read it with
+        ``engine.get_event(workflow_id, key)``, from any process on the store.
+        """
+        from pyweft.engine.messages import published
+
+        published.check_key(key)
+        return published.set_event(self._run, self._run.alloc_step(), key, value)
+
+    def stream(self, key: str) -> StreamWriter:
+        """A durable ordered stream of this run: ``await ctx.stream(key).write(chunk)``
+        appends (one step per chunk), ``await ...close()`` ends it. Others follow it
+        with ``engine.read_stream(workflow_id, key)``. Takes no step by itself."""
+        from pyweft.engine.messages.streams import StreamWriter
+
+        return StreamWriter(self._run, key)

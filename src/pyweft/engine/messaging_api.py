@@ -12,7 +12,7 @@ from pyweft.definitions import Duration, refuse_activity_as_workflow
 from pyweft.durations import parse_duration, parse_optional_duration
 from pyweft.engine.control import creation
 from pyweft.engine.handle import WorkflowHandle
-from pyweft.engine.messages import run_queries, terminal_events
+from pyweft.engine.messages import published, run_queries, streams, terminal_events
 from pyweft.engine.messages.reviews import ReviewDesk, ReviewInfo
 from pyweft.engine.messages.signals import SignalSender
 from pyweft.engine.messages.updates import OMITTED, UpdateClient
@@ -229,3 +229,32 @@ class MessagingAPI:
             until_terminal=True,
             ends=lambda: terminal_events.watch_end(core, workflow_id),
         )
+
+    # --- published events and streams (messages/published.py, messages/streams.py) -----
+
+    async def get_event(self, workflow_id: str, key: str, *, timeout: Duration = 60.0) -> Any:
+        """The value the run published as ``key`` with ``ctx.set_event`` (the latest one).
+
+        Waits up to ``timeout`` for a first value, and returns ``None`` when none
+        came in time, or at once when the run finished without setting it.
+        Works from any process on the store. ``WorkflowNotFoundError`` for an
+        unknown run.
+        """
+        seconds = parse_duration(timeout, field="timeout")
+        core = self._core
+        core.services_or_raise()
+        return await published.get_event(core.storage, core.codec, workflow_id, key, seconds)
+
+    def read_stream(
+        self, workflow_id: str, key: str, *, from_offset: int = 0
+    ) -> AsyncIterator[Any]:
+        """Follow the run's stream ``key`` (``ctx.stream(key).write(...)``) live.
+
+        Yields chunks in order from ``from_offset`` (chunk offsets are 0, 1, ...)
+        and ends when the stream is closed and read to its end, or when the run has
+        finished and every chunk it wrote was read. Works from any process on the
+        store. ``WorkflowNotFoundError`` (when iterated) for an unknown run.
+        """
+        core = self._core
+        core.services_or_raise()
+        return streams.read(core.storage, core.codec, workflow_id, key, from_offset)
