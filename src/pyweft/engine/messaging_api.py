@@ -5,12 +5,12 @@ the ``messages`` and ``steps`` modules."""
 from __future__ import annotations
 
 import builtins
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, TypeVarTuple, overload
 
 from pyweft.definitions import Duration, refuse_activity_as_workflow
 from pyweft.durations import parse_duration, parse_optional_duration
-from pyweft.engine.control import creation
+from pyweft.engine.control import creation, update_start
 from pyweft.engine.handle import WorkflowHandle
 from pyweft.engine.messages import published, run_queries, streams, terminal_events
 from pyweft.engine.messages.reviews import ReviewDesk, ReviewInfo
@@ -258,3 +258,55 @@ class MessagingAPI:
         core = self._core
         core.services_or_raise()
         return streams.read(core.storage, core.codec, workflow_id, key, from_offset)
+
+    # --- update-with-start (control/update_start.py) ------------------------------------
+
+    async def update_with_start(
+        self,
+        wf: Callable[..., Any] | str,
+        *args: Any,
+        update: tuple[str, Any] | str,
+        id: str,
+        timeout: Duration = 5.0,
+        idempotency_key: str | None = None,
+        execution_timeout: Duration | None = None,
+        tags: Sequence[str] = (),
+    ) -> tuple[WorkflowHandle[Any], Any]:
+        """Start run ``id`` if it is absent and deliver an update to it, in one call.
+
+        ``update`` is ``(name, payload)``, or a name for an update without payload.
+        Returns ``(handle, answer)``: the handle of the run (new or existing) and
+        the update handler's answer. Creating the run and storing the update is one
+        atomic write; concurrent callers with the same ``id`` converge on one run and
+        each gets its own update applied. ``idempotency_key`` makes a retried call
+        return the stored answer without applying the update again. Errors are those
+        of :meth:`start` and :meth:`update` (``UpdateTimeoutError`` carries the
+        ``update_id`` for :meth:`update_result`).
+        """
+        self._core.services_or_raise()
+        assert self._signals is not None and self._updates is not None
+        refuse_activity_as_workflow(wf, "engine.update_with_start")
+        if isinstance(update, str):
+            name, payload = update, OMITTED
+        elif isinstance(update, tuple) and len(update) == 2 and isinstance(update[0], str):
+            name, payload = update
+        else:
+            raise InvalidArgumentError(
+                f"update must be a name or a (name, payload) tuple, got {update!r}"
+            )
+        seconds = parse_optional_duration(timeout, field="timeout")
+        workflow_id, answer = await update_start.update_with_start(
+            self._core,
+            self._signals,
+            self._updates,
+            wf,
+            args,
+            id=id,
+            update=name,
+            payload=payload,
+            timeout_s=seconds if seconds is not None else 5.0,
+            idempotency_key=idempotency_key,
+            execution_timeout=execution_timeout,
+            tags=tags,
+        )
+        return WorkflowHandle(self._as_engine(), workflow_id), answer
