@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, TypeVarTuple, overload
 from pyweft.definitions import Duration, refuse_activity_as_workflow
 from pyweft.durations import parse_duration, parse_optional_duration
 from pyweft.engine.control import creation, update_start
+from pyweft.engine.control import debounce as debounce_mod
 from pyweft.engine.handle import WorkflowHandle
 from pyweft.engine.messages import published, run_queries, streams, terminal_events
 from pyweft.engine.messages.reviews import ReviewDesk, ReviewInfo
@@ -310,3 +311,32 @@ class MessagingAPI:
             tags=tags,
         )
         return WorkflowHandle(self._as_engine(), workflow_id), answer
+
+    # --- debounce (control/debounce.py) ------------------------------------------------
+
+    async def debounce(
+        self,
+        key: str,
+        wf: Callable[..., Any] | str,
+        *args: Any,
+        period: Duration,
+        max_wait: Duration | None = None,
+    ) -> WorkflowHandle[Any]:
+        """Collapse calls with the same ``key`` within ``period`` into one run of ``wf``.
+
+        The first call creates a ``pending`` run that starts ``period`` later; each
+        later call while it is still pending replaces its arguments with its own and
+        pushes its start to ``period`` after itself, but never past ``max_wait``
+        after the first call (``None``: no bound). The run starts with the arguments
+        of the latest call. Durable and safe for concurrent callers in any process
+        on the store. Returns the handle of the run the call joined.
+        """
+        self._core.services_or_raise()
+        assert self._signals is not None
+        refuse_activity_as_workflow(wf, "engine.debounce")
+        period_s = parse_duration(period, field="period")
+        max_wait_s = parse_optional_duration(max_wait, field="max_wait")
+        workflow_id, _ = await debounce_mod.debounce(
+            self._core, self._signals, key, wf, args, period_s=period_s, max_wait_s=max_wait_s
+        )
+        return WorkflowHandle(self._as_engine(), workflow_id)
