@@ -119,3 +119,14 @@ async def test_bad_input_is_refused_with_a_clear_error(backend: Backend) -> None
             await engine.get_event("nope", "k", timeout=0)
         with pytest.raises(WorkflowNotFoundError):
             [c async for c in engine.read_stream("nope", "k")]
+
+
+async def test_purge_deletes_the_runs_events_and_streams(backend: Backend) -> None:
+    async with backend.engine(workflows=[publisher, writes_then_ends]) as engine:
+        handle = await engine.start(writes_then_ends, id="w")
+        await handle.result(timeout=5)
+        assert await engine.purge(workflow_type="writes_then_ends") == 1
+        storage = engine._core.storage
+        assert await storage.scan("pub:") == []
+        with pytest.raises(WorkflowNotFoundError):
+            [c async for c in engine.read_stream("w", "s")]
