@@ -87,7 +87,7 @@ async def write(run: Run, step: int, key: str, chunk: Any, close: bool) -> int |
     kind = "stream_close" if close else "stream"
     rec = run.replay(step, kind, key)
     if rec is not None:
-        return None if rec.value is None else int(rec.value)
+        return None if rec.value is None else int(run.services.codec.decode(rec.value))
     await run.enter_live()
     payload = None if close else run.encode_result(chunk, f"chunk of stream {key!r}")
     heads = _live.setdefault(run, _Heads())
@@ -113,7 +113,7 @@ async def write(run: Run, step: int, key: str, chunk: Any, close: bool) -> int |
                 ok=True,
                 started_at=now,
                 finished_at=now,
-                value=None if close else str(offset).encode(),
+                value=None if close else run.services.codec.encode(offset),
             ),
             ops,
         )
