@@ -360,6 +360,7 @@ class WorkflowContext:
         *args: *Ts,
         id: str | None = None,
         parent_close_policy: Literal["await"] = "await",
+        execution_timeout: Duration | None = None,
     ) -> Awaitable[T]: ...
     @overload
     def start_child(
@@ -368,6 +369,7 @@ class WorkflowContext:
         *args: *Ts,
         id: str | None = None,
         parent_close_policy: Literal["abandon", "request_cancel"],
+        execution_timeout: Duration | None = None,
     ) -> Awaitable[str]: ...
     @overload
     def start_child(
@@ -376,6 +378,7 @@ class WorkflowContext:
         *args: Any,
         id: str | None = None,
         parent_close_policy: Literal["await"] = "await",
+        execution_timeout: Duration | None = None,
     ) -> Awaitable[Any]: ...
     @overload
     def start_child(
@@ -384,6 +387,7 @@ class WorkflowContext:
         *args: Any,
         id: str | None = None,
         parent_close_policy: Literal["abandon", "request_cancel"],
+        execution_timeout: Duration | None = None,
     ) -> Awaitable[str]: ...
     def start_child(
         self,
@@ -391,6 +395,7 @@ class WorkflowContext:
         *args: object,
         id: str | None = None,
         parent_close_policy: str = "await",
+        execution_timeout: Duration | None = None,
     ) -> Awaitable[Any]:
         """Start a child workflow (one durable step).
 
@@ -400,7 +405,10 @@ class WorkflowContext:
         ``"request_cancel"`` (and ``"await"``) children still running when the
         parent ends are asked to cancel. The default id is ``"{parent id}/{step}"``
         (``"{parent id}/g{generation}/{step}"`` after ``continue_as_new``).
+        ``execution_timeout`` ends the child as ``timed_out`` when it overruns; a
+        child that is not abandoned never outlives its parent's own deadline.
         """
+        timeout_s = parse_optional_duration(execution_timeout, field="execution_timeout")
         if parent_close_policy not in children.POLICIES:
             raise InvalidArgumentError(
                 f"parent_close_policy must be one of {', '.join(children.POLICIES)}, "
@@ -410,7 +418,7 @@ class WorkflowContext:
             keys.check_text(id, "child id", keys.MAX_ID_BYTES)
         refuse_activity_as_workflow(workflow, "ctx.start_child")
         return children.child_step(
-            self._run, self._run.alloc_step(), workflow, args, id, parent_close_policy
+            self._run, self._run.alloc_step(), workflow, args, id, parent_close_policy, timeout_s
         )
 
     def saga(self) -> Saga:

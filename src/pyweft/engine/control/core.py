@@ -511,6 +511,7 @@ class EngineCore:
         args: tuple[Any, ...],
         child_id: str,
         policy: str,
+        deadline: float | None = None,
     ) -> tuple[list[Op], list[Expect], Callable[[], None]]:
         payload = encode_args(self.codec, args)
         if len(payload) > self.max_payload_bytes:
@@ -529,6 +530,7 @@ class EngineCore:
             parent_id=parent.id,
             parent_close_policy=policy,
             depth=parent.state.depth + 1,
+            deadline=deadline,
         )
         raw = records.encode(state)
         ops, conds = create_ops(state, raw)
