@@ -478,7 +478,10 @@ class EngineCore:
                     frozenset({"pending"}),
                     self.clock.now(),
                     extra_ops=plan[0] if plan else None,
-                    extra_conds=[*(plan[1] if plan else ()), Expect(key=keys.wf(workflow_id), value=raw)],
+                    extra_conds=[
+                        *(plan[1] if plan else ()),
+                        Expect(key=keys.wf(workflow_id), value=raw),
+                    ],
                     status="running",
                     start_at=None,
                 )

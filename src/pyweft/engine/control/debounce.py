@@ -100,7 +100,10 @@ async def debounce(
                 new_raw = records.encode(new)
                 ops: list[Op] = [Put(key=keys.wf(state.id), value=new_raw)]
                 ops += status_change_ops(state, new)
-                conds = [Expect(key=dkey, value=rec_raw), Expect(key=keys.wf(state.id), value=state_raw)]
+                conds = [
+                    Expect(key=dkey, value=rec_raw),
+                    Expect(key=keys.wf(state.id), value=state_raw),
+                ]
                 if await core.committer.commit(ops, conds):
                     if core.drives and state.id in core.pending_timers:
                         core.arm_pending(new)  # re-armed exactly, rather than early

@@ -84,8 +84,8 @@ class PublishedHub:
         self._announcing = asyncio.get_running_loop().create_task(self._announce())
 
     async def _announce(self) -> None:
-        notify = getattr(self._storage, "notify")
-        while True:
+        notify = getattr(self._storage, "notify", None)
+        while notify is not None:
             self._again = False
             try:
                 await notify(TOPIC)

@@ -30,7 +30,7 @@ from pyweft.engine.replay.operations import operation
 from pyweft.engine.replay.records import StepRecord
 from pyweft.engine.visibility.reader import not_found
 from pyweft.errors import InvalidArgumentError, WorkflowUsageError
-from pyweft.storage.base import Get, Put, Scan, read_many
+from pyweft.storage.base import Get, Op, Put, Scan, read_many
 
 if TYPE_CHECKING:
     from pyweft.codec import PayloadCodec
@@ -101,7 +101,7 @@ async def write(run: Run, step: int, key: str, chunk: Any, close: bool) -> int |
             )
         offset = head.next
         new = StreamHead(next=offset + (0 if close else 1), closed=close)
-        ops = [Put(key=head_key(run.id, key), value=_enc.encode(new))]
+        ops: list[Op] = [Put(key=head_key(run.id, key), value=_enc.encode(new))]
         if payload is not None:
             ops.append(Put(key=chunk_key(run.id, key, offset), value=payload))
         now = run.services.clock.now()
