@@ -30,6 +30,7 @@ from pyweft import (
 from pyweft.server import (
     faults,
     routes_messages,
+    routes_published,
     routes_streams,
     routes_system,
     routes_workflows,
@@ -51,6 +52,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     *routes_workflows.ENDPOINTS,
     *routes_messages.ENDPOINTS,
     *routes_streams.ENDPOINTS,
+    *routes_published.ENDPOINTS,
 )
 WS_SCOPES = ("events:read",)
 
