@@ -187,3 +187,16 @@ async def test_update_timeout_then_update_result(wf: WorkflowClient) -> None:
         await wf.update_result(update_id, timeout=0)
     await wf.resume("u")
     assert await wf.update_result(update_id, timeout=10) == 3
+
+
+async def test_update_with_start_events_streams_and_debounce(wf: WorkflowClient) -> None:
+    handle, answer = await wf.update_with_start(waits_for_go, update=("bump", 3), id="uws")
+    assert handle.id == "uws" and answer == 3
+    assert await wf.get_event("uws", "never-set", timeout=0.05) is None
+    chunks = wf.read_stream("uws", "none")
+    await handle.signal("go", 1)
+    assert [c async for c in chunks] == []  # the run ended without writing it
+    first = await wf.debounce("dk", add_three, 1, period="1h")
+    second = await wf.debounce("dk", add_three, 2, period="1h")
+    assert first.id == second.id
+    assert (await second.describe()).status == "pending"

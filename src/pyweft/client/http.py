@@ -37,6 +37,7 @@ from pyweft import (
 from pyweft.client import wire
 from pyweft.client.errors import rebuild
 from pyweft.client.handle import OMITTED, RemoteWorkflowHandle
+from pyweft.client.published import PublishedClient
 from pyweft.definitions import workflow_definition_of
 from pyweft.durations import DurationLike, parse_duration, parse_optional_duration
 
@@ -64,7 +65,7 @@ def _time(value: datetime | float | None) -> str | float | None:
     return value.isoformat() if isinstance(value, datetime) else value
 
 
-class Client:
+class Client(PublishedClient):
     """An HTTP client with the engine's methods.
 
     ``url`` defaults to ``$PYWEFT_ADDR`` (else ``http://127.0.0.1:7233``) and ``token``

@@ -94,6 +94,32 @@ class WorkflowClient(Protocol):
     async def aggregate(self, *, group_by: str, **filters: Any) -> builtins.list[Group]: ...
     async def set_attributes(self, workflow_id: str, values: Mapping[str, Any]) -> None: ...
     def events(self, workflow_id: str | None = None) -> AsyncIterator[WorkflowEvent]: ...
+    # Published events and streams, update-with-start, debounce (issue 16).
+    async def get_event(
+        self, workflow_id: str, key: str, *, timeout: DurationLike = 60.0
+    ) -> Any: ...
+    def read_stream(
+        self, workflow_id: str, key: str, *, from_offset: int = 0
+    ) -> AsyncIterator[Any]: ...
+    async def update_with_start(
+        self,
+        wf: Any,
+        *args: Any,
+        update: tuple[str, Any] | str,
+        id: str,
+        timeout: DurationLike = 5.0,
+        idempotency_key: str | None = None,
+        execution_timeout: DurationLike | None = None,
+        tags: Sequence[str] = (),
+    ) -> tuple[WorkflowHandleLike, Any]: ...
+    async def debounce(
+        self,
+        key: str,
+        wf: Any,
+        *args: Any,
+        period: DurationLike,
+        max_wait: DurationLike | None = None,
+    ) -> WorkflowHandleLike: ...
 
 
 if TYPE_CHECKING:  # mypy --strict proves both implementations fit the protocol

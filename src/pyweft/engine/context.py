@@ -39,6 +39,7 @@ from pyweft.errors import (
 )
 
 if TYPE_CHECKING:
+    from pyweft.engine.messages.streams import StreamWriter
     from pyweft.engine.state.locks import Lock
     from pyweft.engine.state.steps import StateHandle
 
@@ -397,6 +398,7 @@ class WorkflowContext:
         *args: *Ts,
         id: str | None = None,
         parent_close_policy: Literal["await"] = "await",
+        execution_timeout: Duration | None = None,
     ) -> Awaitable[T]: ...
     @overload
     def start_child(
@@ -405,6 +407,7 @@ class WorkflowContext:
         *args: *Ts,
         id: str | None = None,
         parent_close_policy: Literal["abandon", "request_cancel"],
+        execution_timeout: Duration | None = None,
     ) -> Awaitable[str]: ...
     @overload
     def start_child(
@@ -413,6 +416,7 @@ class WorkflowContext:
         *args: Any,
         id: str | None = None,
         parent_close_policy: Literal["await"] = "await",
+        execution_timeout: Duration | None = None,
     ) -> Awaitable[Any]: ...
     @overload
     def start_child(
@@ -421,6 +425,7 @@ class WorkflowContext:
         *args: Any,
         id: str | None = None,
         parent_close_policy: Literal["abandon", "request_cancel"],
+        execution_timeout: Duration | None = None,
     ) -> Awaitable[str]: ...
     def start_child(
         self,
@@ -428,6 +433,7 @@ class WorkflowContext:
         *args: object,
         id: str | None = None,
         parent_close_policy: str = "await",
+        execution_timeout: Duration | None = None,
     ) -> Awaitable[Any]:
         """Start a child workflow (one durable step).
 
@@ -437,7 +443,10 @@ class WorkflowContext:
         ``"request_cancel"`` (and ``"await"``) children still running when the
         parent ends are asked to cancel. The default id is ``"{parent id}/{step}"``
         (``"{parent id}/g{generation}/{step}"`` after ``continue_as_new``).
+        ``execution_timeout`` ends the child as ``timed_out`` when it overruns; a
+        child that is not abandoned never outlives its parent's own deadline.
         """
+        timeout_s = parse_optional_duration(execution_timeout, field="execution_timeout")
         if parent_close_policy not in children.POLICIES:
             raise InvalidArgumentError(
                 f"parent_close_policy must be one of {', '.join(children.POLICIES)}, "
@@ -447,7 +456,7 @@ class WorkflowContext:
             keys.check_text(id, "child id", keys.MAX_ID_BYTES)
         refuse_activity_as_workflow(workflow, "ctx.start_child")
         return children.child_step(
-            self._run, self._run.alloc_step(), workflow, args, id, parent_close_policy
+            self._run, self._run.alloc_step(), workflow, args, id, parent_close_policy, timeout_s
         )
 
     def saga(self) -> Saga:
@@ -524,3 +533,24 @@ class WorkflowContext:
     def attributes(self) -> dict[str, Any]:
         """The run's current search attributes (a copy)."""
         return dict(self._run.attributes)
+
+    # --- published events and streams (issue 16; see messages/published.py) ------------
+
+    def set_event(self, key: str, value: Any) -> Awaitable[None]:
+        """Publish ``value`` (any codec value) as this run's event ``key``, as a step.
+
+        Durable when awaited; the latest write wins. Others read it with
+        ``engine.get_event(workflow_id, key)``, from any process on the store.
+        """
+        from pyweft.engine.messages import published
+
+        published.check_key(key)
+        return published.set_event(self._run, self._run.alloc_step(), key, value)
+
+    def stream(self, key: str) -> StreamWriter:
+        """A durable ordered stream of this run: ``await ctx.stream(key).write(chunk)``
+        appends (one step per chunk), ``await ...close()`` ends it. Others follow it
+        with ``engine.read_stream(workflow_id, key)``. Takes no step by itself."""
+        from pyweft.engine.messages.streams import StreamWriter
+
+        return StreamWriter(self._run, key)

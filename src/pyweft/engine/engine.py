@@ -718,6 +718,7 @@ class Engine(MessagingAPI, InspectionAPI):
         start_delay: Duration | None = None,
         start_at: datetime | float | None = None,
         tags: Sequence[str] = (),
+        attributes: Mapping[str, Any] | None = None,
     ) -> WorkflowHandle[R]: ...
     @overload
     async def start(
@@ -731,6 +732,7 @@ class Engine(MessagingAPI, InspectionAPI):
         start_delay: Duration | None = None,
         start_at: datetime | float | None = None,
         tags: Sequence[str] = (),
+        attributes: Mapping[str, Any] | None = None,
     ) -> WorkflowHandle[Any]: ...
     async def start(
         self,
@@ -743,6 +745,7 @@ class Engine(MessagingAPI, InspectionAPI):
         start_delay: Duration | None = None,
         start_at: datetime | float | None = None,
         tags: Sequence[str] = (),
+        attributes: Mapping[str, Any] | None = None,
     ) -> WorkflowHandle[Any]:
         """Create a run and start driving it. Returns once the run is durably stored.
 
@@ -754,7 +757,8 @@ class Engine(MessagingAPI, InspectionAPI):
         :class:`IdempotencyKeySpentError`). ``execution_timeout`` ends an
         overrunning run as ``timed_out``. ``start_delay`` / ``start_at`` create
         a ``pending`` run that starts later (and survives restarts). ``tags``
-        label the run for ``list(tags=...)``.
+        label the run for ``list(tags=...)``; ``attributes`` are its first search
+        attributes (as ``ctx.set_attributes``), indexed in the same write.
         """
         self._core.services_or_raise()
         assert self._signals is not None
@@ -771,6 +775,7 @@ class Engine(MessagingAPI, InspectionAPI):
             start_delay=start_delay,
             start_at=start_at,
             tags=tags,
+            attributes=attributes,
         )
         return WorkflowHandle(self, workflow_id)
 

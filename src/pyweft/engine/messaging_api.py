@@ -5,14 +5,15 @@ the ``messages`` and ``steps`` modules."""
 from __future__ import annotations
 
 import builtins
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, TypeVarTuple, overload
 
 from pyweft.definitions import Duration, refuse_activity_as_workflow
 from pyweft.durations import parse_duration, parse_optional_duration
-from pyweft.engine.control import creation
+from pyweft.engine.control import creation, update_start
+from pyweft.engine.control import debounce as debounce_mod
 from pyweft.engine.handle import WorkflowHandle
-from pyweft.engine.messages import run_queries, terminal_events
+from pyweft.engine.messages import published, run_queries, streams, terminal_events
 from pyweft.engine.messages.reviews import ReviewDesk, ReviewInfo
 from pyweft.engine.messages.signals import SignalSender
 from pyweft.engine.messages.updates import OMITTED, UpdateClient
@@ -234,3 +235,113 @@ class MessagingAPI:
             until_terminal=True,
             ends=lambda: terminal_events.watch_end(core, workflow_id),
         )
+
+    # --- published events and streams (messages/published.py, messages/streams.py) -----
+
+    async def get_event(self, workflow_id: str, key: str, *, timeout: Duration = 60.0) -> Any:
+        """The value the run published as ``key`` with ``ctx.set_event`` (the latest one).
+
+        Waits up to ``timeout`` for a first value, and returns ``None`` when none
+        came in time, or at once when the run finished without setting it.
+        Works from any process on the store. ``WorkflowNotFoundError`` for an
+        unknown run.
+        """
+        seconds = parse_duration(timeout, field="timeout")
+        core = self._core
+        core.services_or_raise()
+        return await published.get_event(core.storage, core.codec, workflow_id, key, seconds)
+
+    def read_stream(
+        self, workflow_id: str, key: str, *, from_offset: int = 0
+    ) -> AsyncIterator[Any]:
+        """Follow the run's stream ``key`` (``ctx.stream(key).write(...)``) live.
+
+        Yields chunks in order from ``from_offset`` (chunk offsets are 0, 1, ...)
+        and ends when the stream is closed and read to its end, or when the run has
+        finished and every chunk it wrote was read. Works from any process on the
+        store. ``WorkflowNotFoundError`` (when iterated) for an unknown run.
+        """
+        core = self._core
+        core.services_or_raise()
+        return streams.read(core.storage, core.codec, workflow_id, key, from_offset)
+
+    # --- update-with-start (control/update_start.py) ------------------------------------
+
+    async def update_with_start(
+        self,
+        wf: Callable[..., Any] | str,
+        *args: Any,
+        update: tuple[str, Any] | str,
+        id: str,
+        timeout: Duration = 5.0,
+        idempotency_key: str | None = None,
+        execution_timeout: Duration | None = None,
+        tags: Sequence[str] = (),
+    ) -> tuple[WorkflowHandle[Any], Any]:
+        """Start run ``id`` if it is absent and deliver an update to it, in one call.
+
+        ``update`` is ``(name, payload)``, or a name for an update without payload.
+        Returns ``(handle, answer)``: the handle of the run (new or existing) and
+        the update handler's answer. Creating the run and storing the update is one
+        atomic write; concurrent callers with the same ``id`` converge on one run and
+        each gets its own update applied. ``idempotency_key`` makes a retried call
+        return the stored answer without applying the update again. Errors are those
+        of :meth:`start` and :meth:`update` (``UpdateTimeoutError`` carries the
+        ``update_id`` for :meth:`update_result`).
+        """
+        self._core.services_or_raise()
+        assert self._signals is not None and self._updates is not None
+        refuse_activity_as_workflow(wf, "engine.update_with_start")
+        if isinstance(update, str):
+            name, payload = update, OMITTED
+        elif isinstance(update, tuple) and len(update) == 2 and isinstance(update[0], str):
+            name, payload = update
+        else:
+            raise InvalidArgumentError(
+                f"update must be a name or a (name, payload) tuple, got {update!r}"
+            )
+        seconds = parse_optional_duration(timeout, field="timeout")
+        workflow_id, answer = await update_start.update_with_start(
+            self._core,
+            self._signals,
+            self._updates,
+            wf,
+            args,
+            id=id,
+            update=name,
+            payload=payload,
+            timeout_s=seconds if seconds is not None else 5.0,
+            idempotency_key=idempotency_key,
+            execution_timeout=execution_timeout,
+            tags=tags,
+        )
+        return WorkflowHandle(self._as_engine(), workflow_id), answer
+
+    # --- debounce (control/debounce.py) ------------------------------------------------
+
+    async def debounce(
+        self,
+        key: str,
+        wf: Callable[..., Any] | str,
+        *args: Any,
+        period: Duration,
+        max_wait: Duration | None = None,
+    ) -> WorkflowHandle[Any]:
+        """Collapse calls with the same ``key`` within ``period`` into one run of ``wf``.
+
+        The first call creates a ``pending`` run that starts ``period`` later; each
+        later call while it is still pending replaces its arguments with its own and
+        pushes its start to ``period`` after itself, but never past ``max_wait``
+        after the first call (``None``: no bound). The run starts with the arguments
+        of the latest call. Durable and safe for concurrent callers in any process
+        on the store. Returns the handle of the run the call joined.
+        """
+        self._core.services_or_raise()
+        assert self._signals is not None
+        refuse_activity_as_workflow(wf, "engine.debounce")
+        period_s = parse_duration(period, field="period")
+        max_wait_s = parse_optional_duration(max_wait, field="max_wait")
+        workflow_id, _ = await debounce_mod.debounce(
+            self._core, self._signals, key, wf, args, period_s=period_s, max_wait_s=max_wait_s
+        )
+        return WorkflowHandle(self._as_engine(), workflow_id)

@@ -31,6 +31,7 @@ from pyweft.server import (
     faults,
     routes_bulk,
     routes_messages,
+    routes_published,
     routes_streams,
     routes_system,
     routes_workflows,
@@ -53,6 +54,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     *routes_messages.ENDPOINTS,
     *routes_streams.ENDPOINTS,
     *routes_bulk.ENDPOINTS,
+    *routes_published.ENDPOINTS,
 )
 WS_SCOPES = ("events:read",)
 

@@ -42,8 +42,6 @@ async def start(call: Call) -> Response:
     tags = field_of(body, "tags", list, [])
     attributes = field_of(body, "attributes", dict, None)
     start_at = body.get("start_at")
-    if attributes:
-        call.engine.check_attributes(attributes)  # refused before the run exists
     handle = await call.engine.start(
         wf_type,
         *args,
@@ -54,9 +52,8 @@ async def start(call: Call) -> Response:
         start_delay=_duration(body, "start_delay"),
         start_at=None if start_at is None else filters.parse_time("start_at", start_at),
         tags=tags,
+        attributes=attributes,  # indexed in the create write (issue 16)
     )
-    if attributes:
-        await call.engine.set_attributes(handle.id, attributes)
     return JSON({"id": handle.id}, status_code=201)
 
 

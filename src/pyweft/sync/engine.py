@@ -41,6 +41,7 @@ from pyweft.sync.blocking import Blocking
 from pyweft.sync.events import EventIterator
 from pyweft.sync.handle import WorkflowHandle
 from pyweft.sync.loop import LoopThread, closed_error
+from pyweft.sync.published import PublishedMixin
 
 if TYPE_CHECKING:
     from pyweft.engine.context import WorkflowContext
@@ -56,7 +57,7 @@ State = Literal["new", "opening", "open", "closing", "closed"]
 Started = Literal["started", "signalled"]
 
 
-class Engine:
+class Engine(PublishedMixin):
     """Runs durable workflows from synchronous code. Use ``with Engine(...) as engine``.
 
     Takes the same arguments as :class:`pyweft.Engine`. Construction starts one
@@ -325,6 +326,7 @@ class Engine:
         start_delay: Duration | None = None,
         start_at: datetime | float | None = None,
         tags: Sequence[str] = (),
+        attributes: Mapping[str, Any] | None = None,
     ) -> WorkflowHandle[R]: ...
     @overload
     def start(
@@ -338,6 +340,7 @@ class Engine:
         start_delay: Duration | None = None,
         start_at: datetime | float | None = None,
         tags: Sequence[str] = (),
+        attributes: Mapping[str, Any] | None = None,
     ) -> WorkflowHandle[Any]: ...
     def start(
         self,
@@ -350,6 +353,7 @@ class Engine:
         start_delay: Duration | None = None,
         start_at: datetime | float | None = None,
         tags: Sequence[str] = (),
+        attributes: Mapping[str, Any] | None = None,
     ) -> WorkflowHandle[Any]:
         """Create a run and start driving it. Returns once the run is durably stored."""
         # The typed overloads are for callers; this forwards whatever it was given.
@@ -365,6 +369,7 @@ class Engine:
             start_delay=start_delay,
             start_at=start_at,
             tags=tags,
+            attributes=attributes,
         )
         return WorkflowHandle(self, handle.id)
 

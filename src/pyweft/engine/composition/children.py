@@ -43,6 +43,7 @@ async def child_step(
     args: tuple[Any, ...],
     child_id: str | None,
     policy: str,
+    timeout_s: float | None = None,
 ) -> Any:
     host = run.services.children
     assert host is not None
@@ -71,7 +72,10 @@ async def child_step(
                 workflow_id=run.id,
             )
         cid = child_id or default_child_id(run, step)
-        ops, conds, launch = await host.child_create(run, definition, args, cid, policy)
+        deadline = child_deadline(run, policy, clock.now(), timeout_s)
+        ops, conds, launch = await host.child_create(
+            run, definition, args, cid, policy, deadline=deadline
+        )
         pend = PendingStep(
             step=step,
             kind="child",
@@ -151,6 +155,16 @@ async def _cancel_if_created(host: Any, creating: asyncio.Future[bool], child_id
         return
     if created:
         await host.cancel_child(child_id)
+
+
+def child_deadline(run: Run, policy: str, now: float, timeout_s: float | None) -> float | None:
+    """When the child times out: its own ``execution_timeout``, bounded by the parent's
+    deadline unless it is abandoned (an abandoned child is meant to outlive its parent)."""
+    own = None if timeout_s is None else now + timeout_s
+    parent = run.state.deadline if policy != "abandon" else None
+    if own is None or parent is None:
+        return own if parent is None else parent
+    return min(own, parent)
 
 
 def default_child_id(run: Run, step: int) -> str:

@@ -455,20 +455,38 @@ class EngineCore:
 
     async def _begin_pending(self, workflow_id: str) -> None:
         try:
-            plan = await self.claims.acquire_ops(workflow_id) if self.claims else None
-            if self.claims is not None and plan is None:
-                return  # another engine holds it and starts it
-            new, _ = await lifecycle.transition(
-                self.storage,
-                self.committer,
-                workflow_id,
-                frozenset({"pending"}),
-                self.clock.now(),
-                extra_ops=plan[0] if plan else None,
-                extra_conds=plan[1] if plan else None,
-                status="running",
-                start_at=None,
-            )
+            for _ in range(5):
+                # engine.debounce moves a pending run's start later (never earlier): a
+                # timer armed for the old time re-arms instead of starting it early, and
+                # the start is conditioned on the record it judged.
+                raw = await self.storage.get(keys.wf(workflow_id))
+                if raw is None:
+                    return
+                stored = records.decode_state(raw)
+                if stored.status != "pending":
+                    return
+                if (stored.start_at or 0.0) > self.clock.now():
+                    self.arm_pending(stored)
+                    return
+                plan = await self.claims.acquire_ops(workflow_id) if self.claims else None
+                if self.claims is not None and plan is None:
+                    return  # another engine holds it and starts it
+                new, current = await lifecycle.transition(
+                    self.storage,
+                    self.committer,
+                    workflow_id,
+                    frozenset({"pending"}),
+                    self.clock.now(),
+                    extra_ops=plan[0] if plan else None,
+                    extra_conds=[
+                        *(plan[1] if plan else ()),
+                        Expect(key=keys.wf(workflow_id), value=raw),
+                    ],
+                    status="running",
+                    start_at=None,
+                )
+                if new is not None or current.status != "pending":
+                    break
             if new is not None and plan is not None and self.claims is not None:
                 self.claims.adopt(plan[2])
             if new is not None and workflow_id not in self.runs:
@@ -496,6 +514,7 @@ class EngineCore:
         args: tuple[Any, ...],
         child_id: str,
         policy: str,
+        deadline: float | None = None,
     ) -> tuple[list[Op], list[Expect], Callable[[], None]]:
         payload = encode_args(self.codec, args)
         if len(payload) > self.max_payload_bytes:
@@ -514,6 +533,7 @@ class EngineCore:
             parent_id=parent.id,
             parent_close_policy=policy,
             depth=parent.state.depth + 1,
+            deadline=deadline,
         )
         raw = records.encode(state)
         ops, conds = create_ops(state, raw)

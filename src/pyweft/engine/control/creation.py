@@ -1,14 +1,14 @@
 """Creating runs: ``start``, ``start_or_signal`` and idempotent starts.
 
-A run's state, its index entries, its idempotency mapping and (for
-``start_or_signal``) its first signal are written in ONE conditional batch,
+A run's state, its index entries, its search attributes, its idempotency mapping
+and (for ``start_or_signal``) its first signal are written in ONE conditional batch,
 so a start either fully happened or did not happen at all.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -20,6 +20,7 @@ from pyweft.engine.ownership.claims import ClaimPlan
 from pyweft.engine.replay import keys, records
 from pyweft.engine.replay.records import WorkflowState
 from pyweft.engine.replay.run import Run
+from pyweft.engine.steps import attributes as search_attributes
 from pyweft.errors import (
     IdempotencyKeySpentError,
     InvalidArgumentError,
@@ -62,6 +63,7 @@ async def create(
     start_delay: Any = None,
     start_at: datetime | float | None = None,
     tags: Sequence[str] = (),
+    attributes: Mapping[str, Any] | None = None,
     first_signal: tuple[str, object, str | None] | None = None,
     encoded_args: bytes | None = None,
     schedule: tuple[str, float] | None = None,
@@ -97,6 +99,8 @@ async def create(
             raise InvalidArgumentError(
                 f"tag {tag[:20]!r}... has {len(tag)} characters; the limit is {MAX_TAG_CHARS}"
             )
+    attrs = search_attributes.normalize(attributes) if attributes is not None else {}
+    attrs = {name: value for name, value in attrs.items() if value is not None}
     if encoded_args is None:
         definition.check_arguments(args)
         payload = encode_args(core.codec, args)
@@ -127,6 +131,8 @@ async def create(
     )
     raw = records.encode(state)
     ops, conditions = create_ops(state, raw)
+    if attrs:  # indexed from the start, in the create batch: never a run without them
+        ops += search_attributes.changes(workflow_id, now, {}, attrs)
     if extra is not None:
         ops += extra[0]
         conditions += extra[1]
@@ -167,7 +173,7 @@ async def create(
         if core.drives:
             core.arm_pending(state)
     else:
-        core.launch(Run(services, definition, state, raw, {}, {}))
+        core.launch(Run(services, definition, state, raw, {}, {}, attributes=attrs))
     return workflow_id, True
 
 

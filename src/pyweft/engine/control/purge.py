@@ -1,10 +1,11 @@
 """Deleting finished runs for good: ``engine.purge`` and the retention sweep's deletes.
 
 A run is deleted with everything that belongs to it (journal, indexes, buffered
-messages, update answers, reviews) in one batch conditioned on its state, except
-its ``start`` idempotency key, which stays spent. A finished child whose parent
-still waits for it (``parent_close_policy="await"``, the parent's child step not
-yet recorded) is kept: the parent reads the child's stored outcome when it
+messages, update answers, reviews, published events and streams) in one batch
+conditioned on its state, except its ``start`` idempotency key, which stays
+spent. A finished child whose parent still waits for it
+(``parent_close_policy="await"``, the parent's child step not yet recorded) is
+kept: the parent reads the child's stored outcome when it
 records that step, and after a crash, a failed commit or a suspend it reads it
 again.
 """
@@ -15,6 +16,7 @@ import dataclasses
 import logging
 
 from pyweft.engine.control.core import EngineCore
+from pyweft.engine.messages import published
 from pyweft.engine.replay import keys, records
 from pyweft.engine.replay.records import TERMINAL_STATUSES, WorkflowState
 from pyweft.engine.steps import attributes
@@ -104,6 +106,7 @@ async def purge_run(core: EngineCore, workflow_id: str) -> bool:
         keys.query_prefix(workflow_id),
         keys.query_responses_prefix(workflow_id),
         keys.state_prefix(workflow_id),
+        published.prefix(workflow_id),  # events and stream chunks it published
     ):
         doomed += [k for k, _ in await storage.scan(scan_prefix)]
     doomed.append(keys.signal_seq(workflow_id))

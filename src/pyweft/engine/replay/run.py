@@ -71,6 +71,7 @@ class ChildHost(Protocol):
         args: tuple[Any, ...],
         child_id: str,
         policy: str,
+        deadline: float | None = None,
     ) -> tuple[list[Op], list[Expect], Callable[[], None]]: ...
 
     async def wait_terminal(self, workflow_id: str) -> WorkflowState: ...
