@@ -12,8 +12,8 @@ import contextlib
 import dataclasses
 import functools
 import inspect
-import re
 import math
+import re
 import typing
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -247,8 +247,7 @@ def _activity_definition(
             )
     if queue is not None and not _is_queue_name(queue):
         raise DefinitionError(
-            f"@activity queue must be a name of 1 to 64 letters, digits, '_' or '-', "
-            f"got {queue!r}"
+            f"@activity queue must be a name of 1 to 64 letters, digits, '_' or '-', got {queue!r}"
         )
     _, result_type, _ = call_types(fn, skip_first=False)
     return ActivityDefinition(
@@ -267,9 +266,7 @@ def _activity_definition(
         idempotency_key=idempotency_key,
         verify=verify,
         queue=queue,
-        visibility_timeout_s=parse_activity_timeout(
-            visibility_timeout, field="visibility_timeout"
-        ),
+        visibility_timeout_s=parse_activity_timeout(visibility_timeout, field="visibility_timeout"),
     )
 
 

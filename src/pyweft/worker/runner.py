@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import time
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any, cast
 
@@ -40,8 +41,6 @@ class Beats:
         self.last = now
 
     def beat(self, details: Any = None) -> None:
-        import time
-
         self.last = time.monotonic()
 
 
@@ -60,8 +59,6 @@ async def run_task(
         args = decode_args(codec, task.args, params)
     except PayloadError as exc:  # the same arguments fail on any worker
         return _failed(task, worker_id, now, exc, non_retryable=True)
-    import time
-
     beats = Beats(time.monotonic())
     actx = ActivityContext(
         workflow_id=task.workflow_id,
@@ -95,12 +92,12 @@ async def run_task(
         )
         limit = task.timeout_s if expired == "attempt" else task.heartbeat_timeout_s
         what = "timed out after" if expired == "attempt" else "did not heartbeat for"
-        exc = ActivityTimeoutError(
+        timeout = ActivityTimeoutError(
             f"activity {task.activity!r} attempt {what} {limit:g}s (its "
             f"{'timeout' if expired == 'attempt' else 'heartbeat_timeout'})",
             kind=expired,
         )
-        result = _failed(task, worker_id, now, exc)
+        result = _failed(task, worker_id, now, timeout)
         return tr.TaskResult(
             task_id=result.task_id,
             ok=False,
@@ -124,8 +121,6 @@ async def run_task(
 
 async def _watch(fut: asyncio.Future[Any], task: tr.Task, beats: Beats) -> str | None:
     """Wait for ``fut``; cancel it and return which limit passed, if one did."""
-    import time
-
     start = time.monotonic()
     try:
         while True:
@@ -144,7 +139,10 @@ async def _watch(fut: asyncio.Future[Any], task: tr.Task, beats: Beats) -> str |
             if task.timeout_s is not None and now >= start + task.timeout_s:
                 fut.cancel()
                 return "attempt"
-            if task.heartbeat_timeout_s is not None and now >= beats.last + task.heartbeat_timeout_s:
+            if (
+                task.heartbeat_timeout_s is not None
+                and now >= beats.last + task.heartbeat_timeout_s
+            ):
                 fut.cancel()
                 return "heartbeat"
     except asyncio.CancelledError:

@@ -86,7 +86,9 @@ class Worker:
         if isinstance(queues, str):
             raise ConfigurationError(f"queues must be a list of names, got {queues!r}")
         try:
-            self.queues = tuple(dict.fromkeys(tr.check_queue(q, field="each of queues") for q in queues))
+            self.queues = tuple(
+                dict.fromkeys(tr.check_queue(q, field="each of queues") for q in queues)
+            )
         except InvalidArgumentError as exc:
             raise ConfigurationError(str(exc)) from None
         if not self.queues:
@@ -178,7 +180,9 @@ class Worker:
             loop.create_task(self._claim_loop(), name=f"pyweft-worker-claims-{self.id}"),
             loop.create_task(self._beat_loop(), name=f"pyweft-worker-beats-{self.id}"),
         ]
-        log.info("worker %s serves %s with %d slots", self.id, ", ".join(self.queues), self.concurrency)
+        log.info(
+            "worker %s serves %s with %d slots", self.id, ", ".join(self.queues), self.concurrency
+        )
 
     def request_stop(self) -> None:
         """Begin draining (thread-safe only from the worker's loop; signals use this)."""
@@ -233,7 +237,9 @@ class Worker:
                     with contextlib.suppress(Exception):
                         if await claims.hand_back(self.storage, job.claimed):
                             log.info(
-                                "worker %s handed task %s back (drain timeout)", self.id, job.claimed.task.id
+                                "worker %s handed task %s back (drain timeout)",
+                                self.id,
+                                job.claimed.task.id,
                             )
             if leftovers and self._notifier is not None:
                 await self._notifier.ring(tr.TASKS_TOPIC)
@@ -384,12 +390,14 @@ class Worker:
                 if job.done:
                     continue
                 if raw != job.claimed.raw:
-                    self._lose(job, "the run no longer waits for it (cancelled) or its claim expired")
+                    self._lose(
+                        job, "the run no longer waits for it (cancelled) or its claim expired"
+                    )
                     continue
                 task = job.claimed.task
-                if task.claim_until - now < task.visibility_s * 2 / 3:
-                    if await claims.extend(storage, [job.claimed], now):
-                        self._lose(job, "its claim was taken while it was being extended")
+                due = task.claim_until - now < task.visibility_s * 2 / 3
+                if due and await claims.extend(storage, [job.claimed], now):
+                    self._lose(job, "its claim was taken while it was being extended")
         await self._write_record()
         if await claims.reap(storage, now) and self._notifier is not None:
             await self._notifier.ring(tr.RESULTS_TOPIC)

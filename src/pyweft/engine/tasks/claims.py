@@ -119,9 +119,7 @@ async def hand_back(
         claimed_by=None,
         claimed_at=0.0,
         claim_until=0.0,
-        refused_by=(*c.task.refused_by, c.task.claimed_by or "")
-        if refuse
-        else c.task.refused_by,
+        refused_by=(*c.task.refused_by, c.task.claimed_by or "") if refuse else c.task.refused_by,
         last_error=error if error is not None else c.task.last_error,
     )
     ops: list[Op] = [

@@ -168,12 +168,12 @@ class TaskDispatcher:
                         f"{limit}",
                         kind=deadline_kind,
                     )
-                waiter = asyncio.ensure_future(event.wait())
+                waiter: asyncio.Future[Any] = asyncio.ensure_future(event.wait())
                 try:
                     if deadline is None:
                         await waiter
                     else:
-                        timer = run.wait_until(deadline)
+                        timer: asyncio.Future[Any] = run.wait_until(deadline)
                         try:
                             await asyncio.wait({waiter, timer}, return_when="FIRST_COMPLETED")
                         finally:

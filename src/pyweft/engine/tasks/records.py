@@ -42,8 +42,7 @@ def check_queue(name: object, *, field: str = "queue") -> str:
     """A queue name, or :class:`InvalidArgumentError` saying what one looks like."""
     if not isinstance(name, str) or _QUEUE_NAME(name) is None:
         raise InvalidArgumentError(
-            f"{field} must be a queue name of 1 to 64 letters, digits, '_' or '-', "
-            f"got {name!r}"
+            f"{field} must be a queue name of 1 to 64 letters, digits, '_' or '-', got {name!r}"
         )
     return name
 
