@@ -165,7 +165,9 @@ async def test_a_failed_attempt_on_a_worker_is_retried_per_the_policy(backend: B
 async def test_a_non_retryable_failure_on_a_worker_fails_the_step_once(backend: Backend) -> None:
     async with engine(backend, serve_queues=[]) as eng, worker(backend):
         handle = await eng.start(one, "refuses", 1, id="n1")
-        with pytest.raises(WorkflowFailedError, match="failed after 1 attempt.*BadInput: bad input"):
+        with pytest.raises(
+            WorkflowFailedError, match="failed after 1 attempt.*BadInput: bad input"
+        ):
             await handle.result(timeout=10)
 
 

@@ -24,6 +24,7 @@ import os
 import signal
 import socket
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -134,6 +135,9 @@ class Worker:
         self.failed = 0
         self.rejected = 0  # late results refused (the claim was lost)
         self.refused = 0  # tasks handed back: their activity is not registered here
+        # Seconds from a task's write to its claim here, latest first out (for benchmarks
+        # and health checks; the clocks of the writer and this worker must agree).
+        self.dispatch_latencies: deque[float] = deque(maxlen=10_000)
 
     # --- life cycle -------------------------------------------------------------------
 
@@ -284,7 +288,9 @@ class Worker:
             free = self.concurrency - self.in_flight
             if free <= 0 or self.draining:
                 break
-            for c in await claims.claim(self.storage, queue, self.id, self.clock.now(), free):
+            now = self.clock.now()
+            for c in await claims.claim(self.storage, queue, self.id, now, free):
+                self.dispatch_latencies.append(now - c.task.created_at)
                 job = _Job(claimed=c)
                 self._jobs[c.task.id] = job
                 job.task = asyncio.get_running_loop().create_task(self._run(job))

@@ -36,28 +36,22 @@ class Claimed:
 async def claim(
     storage: Storage, queue: str, worker_id: str, now: float, limit: int
 ) -> list[Claimed]:
-    """Claim up to ``limit`` of the oldest ready tasks of ``queue``."""
+    """Claim up to ``limit`` of the oldest ready tasks of ``queue``.
+
+    A ready entry holds the task record as it was queued, so one scan finds both;
+    the claim is conditioned on the record still being exactly that.
+    """
     if limit <= 0:
         return []
     index = await storage.scan(tr.ready_prefix(queue), limit=limit * 2 + 8)
-    if not index:
-        return []
-    ids = [tr.id_of_ready(key) for key, _ in index]
-    found = await read_many(storage, [Get(key=tr.task_key(tid)) for tid in ids])
     picks: list[tuple[str, tr.Task, bytes]] = []
-    stale: list[Op] = []
-    for (key, _), raw in zip(index, found, strict=True):
-        if not isinstance(raw, bytes):
-            stale.append(Delete(key=key))  # its task was cancelled with the step
-            continue
-        task = tr.decode_task(raw, key=tr.task_key(tr.id_of_ready(key)))
-        if task.claimed_by is not None or worker_id in task.refused_by:
+    for key, raw in index:
+        task = tr.decode_task(raw, key=key)
+        if worker_id in task.refused_by:
             continue
         picks.append((key, task, raw))
         if len(picks) >= limit:
             break
-    if stale:
-        await storage.batch(stale)
     got = await asyncio.gather(*(_claim_one(storage, k, t, r, worker_id, now) for k, t, r in picks))
     return [c for c in got if c is not None]
 
@@ -69,14 +63,17 @@ async def _claim_one(
         task, claimed_by=worker_id, claimed_at=now, claim_until=now + task.visibility_s
     )
     new = tr.encode(held)
+    key = tr.task_key(task.id)
     ops: list[Op] = [
         Delete(key=ready),
-        Put(key=tr.task_key(task.id), value=new),
+        Put(key=key, value=new),
         Put(key=tr.lease_key(held.claim_until, task.id), value=b"1"),
     ]
-    if await storage.conditional_batch([Expect(key=tr.task_key(task.id), value=raw)], ops):
+    if await storage.conditional_batch([Expect(key=key, value=raw)], ops):
         return Claimed(task=held, raw=new)
-    return None  # another worker was faster
+    if await storage.get(key) is None:  # withdrawn with its step (the run was cancelled)
+        await storage.conditional_batch([Expect(key=key, value=None)], [Delete(key=ready)])
+    return None  # or another worker was faster
 
 
 async def extend(storage: Storage, held: list[Claimed], now: float) -> list[Claimed]:
@@ -122,9 +119,10 @@ async def hand_back(
         refused_by=(*c.task.refused_by, c.task.claimed_by or "") if refuse else c.task.refused_by,
         last_error=error if error is not None else c.task.last_error,
     )
+    raw = tr.encode(task)
     ops: list[Op] = [
-        Put(key=tr.task_key(task.id), value=tr.encode(task)),
-        Put(key=task.ready_key, value=b"1"),
+        Put(key=tr.task_key(task.id), value=raw),
+        Put(key=task.ready_key, value=raw),  # the ready entry carries the record
         Delete(key=c.lease),
     ]
     return await storage.conditional_batch([Expect(key=tr.task_key(task.id), value=c.raw)], ops)

@@ -58,7 +58,7 @@ class TaskDispatcher:
         self._poll_s = poll_interval
         self._now = clock_now
         self._notifier = Notifier(storage)
-        self._waiting: dict[str, asyncio.Event] = {}
+        self._waiting: dict[str, _Waiter] = {}
         self._kick = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._unlisten: Unlisten | None = None
@@ -102,10 +102,11 @@ class TaskDispatcher:
         start: str | None = None
         while True:
             found = await self._storage.scan(tr.RESULT_PREFIX, start=start, limit=_SCAN_LIMIT)
-            for key, _ in found:
-                event = self._waiting.get(key[len(tr.RESULT_PREFIX) :])
-                if event is not None:
-                    event.set()
+            for key, raw in found:
+                waiter = self._waiting.get(key[len(tr.RESULT_PREFIX) :])
+                if waiter is not None and waiter.raw is None:
+                    waiter.raw = raw  # the scan read it: no second trip for the step
+                    waiter.event.set()
             if len(found) < _SCAN_LIMIT:
                 return
             start = found[-1][0] + "\x00"
@@ -128,6 +129,7 @@ class TaskDispatcher:
         ref = tr.REF_PREFIX + tid
         rkey, tkey = tr.result_key(tid), tr.task_key(tid)
         ready: str | None = None
+        task: tr.Task | None = None
         if base.ref != ref:
             now = services.clock.now()
             ready = tr.ready_key(queue, now, tid)
@@ -149,16 +151,28 @@ class TaskDispatcher:
                 timeout_s=act.timeout_s,
                 heartbeat_timeout_s=act.heartbeat_timeout_s,
             )
-            await run.commit_pending(
-                msgspec.structs.replace(base, ref=ref),
-                [Put(key=tkey, value=tr.encode(task)), Put(key=ready, value=b"1")],
-            )
+        waiter_for = self._waiting.setdefault(tid, _Waiter())
+        fresh = False
+        if task is not None:
+            raw_task = tr.encode(task)
+            try:
+                await run.commit_pending(
+                    msgspec.structs.replace(base, ref=ref),
+                    [Put(key=tkey, value=raw_task), Put(key=ready, value=raw_task)],
+                )
+            except BaseException:
+                self._waiting.pop(tid, None)
+                raise
             await self._notifier.ring(tr.TASKS_TOPIC)
-        event = self._waiting.setdefault(tid, asyncio.Event())
+            fresh = True  # just written: its outcome can only come with a ring or a scan
+        event = waiter_for.event
         try:
             while True:
-                event.clear()
-                raw = await services.storage.get(rkey)
+                raw = waiter_for.raw
+                if raw is None and not fresh:
+                    event.clear()
+                    raw = await services.storage.get(rkey)
+                fresh = False
                 if raw is not None:
                     break
                 if deadline is not None and services.clock.now() >= deadline:
@@ -196,6 +210,16 @@ class TaskDispatcher:
         if result.ok:
             return None if result.value is None else services.codec.decode(result.value)
         raise remote_failure(result.error, result)
+
+
+class _Waiter:
+    """A step waiting for a task's outcome; the scan that finds it hands it over."""
+
+    __slots__ = ("event", "raw")
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.raw: bytes | None = None
 
 
 def remote_failure(info: ErrorInfo | None, result: tr.TaskResult) -> Exception:
