@@ -53,8 +53,13 @@ async def serve(url: str, out: str) -> None:
         await stop.wait()
         lat = list(w.dispatch_latencies)
     cpu = resource.getrusage(resource.RUSAGE_SELF)
-    with open(out, "w") as f:
-        json.dump({"lat": lat, "cpu": cpu.ru_utime + cpu.ru_stime, "done": w.completed}, f)
+    report = {"lat": lat, "cpu": cpu.ru_utime + cpu.ru_stime, "done": w.completed}
+    await asyncio.to_thread(_write, out, json.dumps(report))
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
 
 
 def spawn_workers(url: str, n: int, tmp: str) -> list[tuple[subprocess.Popen[bytes], str]]:
@@ -62,7 +67,7 @@ def spawn_workers(url: str, n: int, tmp: str) -> list[tuple[subprocess.Popen[byt
     for i in range(n):
         out = os.path.join(tmp, f"w{i}.json")
         procs.append((subprocess.Popen([sys.executable, __file__, "_worker", url, out]), out))
-    time.sleep(2.0)  # imports and registration
+    time.sleep(2.0)  # imports and registration (before the engine needs its loop)
     return procs
 
 
@@ -99,12 +104,12 @@ async def latency(kind: str, n: int) -> None:
         url, schema = store_url(kind, tmp)
         try:
             async with Engine(url, workflows=[steps], serve_queues=[]) as engine:
-                procs = spawn_workers(url, 1, tmp)
+                procs = await asyncio.to_thread(spawn_workers, url, 1, tmp)
                 await (await engine.start(steps, 20, id="warm")).result(timeout=60)
                 t0 = time.perf_counter()
                 await (await engine.start(steps, n, id="lat")).result(timeout=600)
                 elapsed = time.perf_counter() - t0
-                stats = stop_workers(procs)
+                stats = await asyncio.to_thread(stop_workers, procs)
             lat = sorted(stats[0]["lat"][20:])
             q = statistics.quantiles(lat, n=100)
             print(
@@ -121,7 +126,7 @@ async def throughput(kind: str, runs: int, n: int, workers: int) -> None:
         url, schema = store_url(kind, tmp)
         try:
             async with Engine(url, workflows=[steps], serve_queues=[]) as engine:
-                procs = spawn_workers(url, workers, tmp)
+                procs = await asyncio.to_thread(spawn_workers, url, workers, tmp)
                 await (await engine.start(steps, 5, id="warm")).result(timeout=60)
                 cpu0 = resource.getrusage(resource.RUSAGE_SELF)
                 t0 = time.perf_counter()
@@ -129,15 +134,16 @@ async def throughput(kind: str, runs: int, n: int, workers: int) -> None:
                 await asyncio.gather(*(h.result(timeout=600) for h in handles))
                 elapsed = time.perf_counter() - t0
                 cpu1 = resource.getrusage(resource.RUSAGE_SELF)
-                stats = stop_workers(procs)
+                stats = await asyncio.to_thread(stop_workers, procs)
             total = runs * n
             engine_cpu = (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime)
             worker_cpu = sum(s["cpu"] for s in stats)
             print(
                 f"{kind}: {runs} runs x {n} no-op activities via {workers} worker processes: "
                 f"{total / elapsed:,.0f} activities/s ({elapsed:.2f}s); CPU per activity: "
-                f"engine {engine_cpu / total * 1e6:.0f} us, workers {worker_cpu / total * 1e6:.0f} us "
-                f"(workers' whole life), per worker done: {[s['done'] for s in stats]}"
+                f"engine {engine_cpu / total * 1e6:.0f} us, "
+                f"workers {worker_cpu / total * 1e6:.0f} us (workers' whole life), "
+                f"per worker done: {[s['done'] for s in stats]}"
             )
         finally:
             drop(schema)

@@ -15,7 +15,6 @@ import json
 import os
 import random
 import sys
-from typing import Any
 
 from pyweft import (
     Engine,
@@ -61,6 +60,14 @@ def work_b(x: int) -> int:
     return x * 5 + 2
 
 
+@activity(queue="slow", visibility_timeout=VISIBILITY_S)
+async def linger(x: int) -> int:
+    note("BEGIN")
+    await asyncio.sleep(0.8)
+    note("END")
+    return x + 100
+
+
 @workflow
 async def chain(ctx: WorkflowContext, x: int) -> list[int]:
     out = []
@@ -82,8 +89,12 @@ async def engine_main(url: str, n_runs: int, out: str) -> None:
     async with Engine(url, workflows=[chain], serve_queues=[], poll_interval=0.2) as engine:
         handles = [await engine.start(chain, i, id=f"run-{i:04d}") for i in range(n_runs)]
         results = await asyncio.gather(*(h.result(timeout=120) for h in handles))
-        with open(out, "w") as f:
-            json.dump(results, f)
+        await asyncio.to_thread(_write, out, json.dumps(results))
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
 
 
 async def worker_main(url: str, worker_id: str) -> None:
@@ -98,13 +109,22 @@ async def worker_main(url: str, worker_id: str) -> None:
     await w.run()
 
 
+def open_ledger(path: str, who: str) -> None:
+    _ledger_fd.append(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
+    _who[0] = who
+
+
+# ``pyweft worker task_queue_proc`` imports this module: its ledger comes from the env.
+if os.environ.get("TASK_QUEUE_LEDGER"):
+    open_ledger(os.environ["TASK_QUEUE_LEDGER"], f"cli-{os.getpid()}")
+
+
 def main(argv: list[str]) -> None:
     mode, url, ledger = argv[1], argv[2], argv[3]
-    _ledger_fd.append(os.open(ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
+    open_ledger(ledger, argv[4] if mode == "worker" else "engine")
     if mode == "engine":
         asyncio.run(engine_main(url, int(argv[4]), argv[5]))
     else:
-        _who[0] = argv[4]
         asyncio.run(worker_main(url, argv[4]))
 
 

@@ -9,6 +9,7 @@ and exits cleanly).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -25,7 +26,7 @@ from support.backends import postgres_schema, with_schema
 
 PROC = Path(__file__).resolve().parent / "task_queue_proc.py"
 sys.path.insert(0, str(PROC.parent))
-from task_queue_proc import expected  # noqa: E402
+from task_queue_proc import chain, expected, linger  # noqa: E402
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -35,6 +36,17 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str,
         return
     with postgres_schema() as (url, schema):
         yield "postgres", with_schema(url, schema)
+
+
+from pyweft import WorkflowContext, workflow  # noqa: E402
+
+
+@workflow
+async def linger_once(ctx: WorkflowContext, x: int) -> int:
+    return await ctx.run(linger, x)
+
+
+_ = chain
 
 
 def spawn(tmp: Path, name: str, *args: str) -> subprocess.Popen[bytes]:
@@ -69,7 +81,6 @@ def test_a_sigkilled_worker_loses_nothing_and_repeats_only_its_in_flight_work(
     n_runs = 50  # 200 tasks over queues qa and qb
     ledger, out = tmp_path / "ledger", tmp_path / "results.json"
     # Each its own store connection, none shares the engine's process.
-    T0 = time.monotonic()
     engine = spawn(tmp_path, "engine", "engine", url, str(ledger), str(n_runs), str(out))
     workers = {
         f"w{i}": spawn(tmp_path, f"w{i}", "worker", url, str(ledger), f"w{i}")
@@ -84,7 +95,6 @@ def test_a_sigkilled_worker_loses_nothing_and_repeats_only_its_in_flight_work(
             60,
             "worker w0 to be busy",
         )
-        print("busy", time.monotonic() - T0)
         workers["w0"].send_signal(signal.SIGKILL)
         workers["w0"].wait()
         assert engine.wait(timeout=90) == 0, (tmp_path / "engine.log").read_text()[-3000:]
@@ -97,7 +107,6 @@ def test_a_sigkilled_worker_loses_nothing_and_repeats_only_its_in_flight_work(
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 proc.kill()
-    print("done", time.monotonic() - T0)
     results = json.loads(out.read_text())
     assert results == [expected(i) for i in range(n_runs)]
     entries = lines(ledger)
@@ -117,3 +126,47 @@ def test_a_sigkilled_worker_loses_nothing_and_repeats_only_its_in_flight_work(
     for name, proc in workers.items():
         if name != "w0":
             assert proc.returncode == 0, (tmp_path / f"{name}.log").read_text()[-2000:]
+
+
+def start_cli_worker(tmp: Path, url: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    args = ["worker", "task_queue_proc", "--db", url, "--queue", "slow"]
+    args += ["--drain-timeout", "20", "--poll-interval", "0.1"]
+    with open(tmp / "cli.log", "wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "pyweft.cli.main", *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
+
+
+async def test_sigterm_drains_a_cli_worker_it_finishes_what_it_runs(tmp_path: Path) -> None:
+    from pyweft import Engine
+
+    url = f"sqlite:///{tmp_path / 'pyweft.db'}"
+    ledger = tmp_path / "ledger"
+    async with Engine(url, workflows=[linger_once], serve_queues=[], poll_interval=0.1) as eng:
+        handle = await eng.start(linger_once, 1, id="slow-1")
+        env = {
+            **os.environ,
+            "TASK_QUEUE_LEDGER": str(ledger),
+            "PYTHONPATH": os.pathsep.join([str(PROC.parent), os.environ.get("PYTHONPATH", "")]),
+        }
+        proc = start_cli_worker(tmp_path, url, env)
+        try:
+            deadline = time.monotonic() + 30
+            while not any(ln[0] == "BEGIN" for ln in lines(ledger)):
+                assert proc.poll() is None, (tmp_path / "cli.log").read_text()
+                assert time.monotonic() < deadline, "the CLI worker never started the task"
+                await asyncio.sleep(0.01)
+            proc.send_signal(signal.SIGTERM)  # mid-attempt: it must finish it, then exit
+            assert await handle.result(timeout=20) == 101
+            assert await asyncio.to_thread(proc.wait, 20) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        kinds = [ln[0] for ln in lines(ledger)]
+        assert kinds == ["BEGIN", "END"]  # ran once, to the end, by the draining worker
+        assert await eng.workers(include_gone=True) == []  # it unregistered on the way out

@@ -166,7 +166,7 @@ async def test_a_non_retryable_failure_on_a_worker_fails_the_step_once(backend: 
     async with engine(backend, serve_queues=[]) as eng, worker(backend):
         handle = await eng.start(one, "refuses", 1, id="n1")
         with pytest.raises(
-            WorkflowFailedError, match="failed after 1 attempt.*BadInput: bad input"
+            WorkflowFailedError, match=r"failed after 1 attempt.*BadInput: bad input"
         ):
             await handle.result(timeout=10)
 

@@ -121,6 +121,8 @@ class Worker:
         self.clock: Clock = clock or SystemClock()
         self.codec: PayloadCodec = codec or DefaultPayloadCodec()
         self._jobs: dict[str, _Job] = {}
+        self._outbox: list[tuple[_Job, tr.TaskResult, asyncio.Future[bool]]] = []
+        self._flusher: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
         self._beat_kick = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
@@ -314,15 +316,13 @@ class Worker:
                     self._rejected(job, job.lost)
                     return
                 job.done = True
-                if not await claims.finish(self.storage, job.claimed, result):
+                if not await self._store(job, result):
                     self._rejected(job, "its claim was lost")
                     return
             if result.ok:
                 self.completed += 1
             else:
                 self.failed += 1
-            assert self._notifier is not None
-            await self._notifier.ring(tr.RESULTS_TOPIC)
         except asyncio.CancelledError:
             if job.lost is None:
                 raise
@@ -331,6 +331,32 @@ class Worker:
         finally:
             self._jobs.pop(task.id, None)
             self._kick.set()  # a slot is free
+
+    async def _store(self, job: _Job, result: tr.TaskResult) -> bool:
+        """Store an outcome; outcomes finished meanwhile share one batch."""
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._outbox.append((job, result, fut))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.get_running_loop().create_task(self._flush())
+        return await fut
+
+    async def _flush(self) -> None:
+        while self._outbox:
+            batch, self._outbox = self._outbox, []
+            try:
+                oks = await claims.finish_many(
+                    self.storage, [(job.claimed, result) for job, result, _ in batch]
+                )
+            except Exception as exc:
+                for _, _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                continue
+            for (_, _, fut), ok in zip(batch, oks, strict=True):
+                if not fut.done():
+                    fut.set_result(ok)
+            if self._notifier is not None and any(oks):
+                self._notifier.ring_soon(tr.RESULTS_TOPIC)
 
     async def _refuse(self, job: _Job) -> None:
         task = job.claimed.task
@@ -406,7 +432,7 @@ class Worker:
                     self._lose(job, "its claim was taken while it was being extended")
         await self._write_record()
         if await claims.reap(storage, now) and self._notifier is not None:
-            await self._notifier.ring(tr.RESULTS_TOPIC)
+            self._notifier.ring_soon(tr.RESULTS_TOPIC)
 
     def _lose(self, job: _Job, why: str) -> None:
         job.lost = why

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from dataclasses import dataclass
 
 import msgspec
@@ -47,30 +48,45 @@ async def claim(
     picks: list[tuple[str, tr.Task, bytes]] = []
     for key, raw in index:
         task = tr.decode_task(raw, key=key)
-        if worker_id in task.refused_by:
-            continue
-        picks.append((key, task, raw))
-        if len(picks) >= limit:
-            break
+        if worker_id not in task.refused_by:
+            picks.append((key, task, raw))
+    if len(picks) > limit:
+        # Workers racing for the same oldest tasks would mostly collide: each takes a
+        # random share of the oldest ones (the oldest half is always among them).
+        head, rest = picks[: limit // 2], picks[limit // 2 :]
+        picks = head + random.sample(rest, limit - len(head))
+    if len(picks) > 1:  # all at once, when nobody took any of them meanwhile
+        held = [_claimed(t, worker_id, now) for _, t, _ in picks]
+        conds = [Expect(key=tr.task_key(t.id), value=r) for _, t, r in picks]
+        ops = [op for (k, _, _), h in zip(picks, held, strict=True) for op in _claim_ops(k, h)]
+        if await storage.conditional_batch(conds, ops):
+            return held
     got = await asyncio.gather(*(_claim_one(storage, k, t, r, worker_id, now) for k, t, r in picks))
     return [c for c in got if c is not None]
+
+
+def _claimed(task: tr.Task, worker_id: str, now: float) -> Claimed:
+    held = msgspec.structs.replace(
+        task, claimed_by=worker_id, claimed_at=now, claim_until=now + task.visibility_s
+    )
+    return Claimed(task=held, raw=tr.encode(held))
+
+
+def _claim_ops(ready: str, c: Claimed) -> list[Op]:
+    return [
+        Delete(key=ready),
+        Put(key=tr.task_key(c.task.id), value=c.raw),
+        Put(key=c.lease, value=b"1"),
+    ]
 
 
 async def _claim_one(
     storage: Storage, ready: str, task: tr.Task, raw: bytes, worker_id: str, now: float
 ) -> Claimed | None:
-    held = msgspec.structs.replace(
-        task, claimed_by=worker_id, claimed_at=now, claim_until=now + task.visibility_s
-    )
-    new = tr.encode(held)
+    held = _claimed(task, worker_id, now)
     key = tr.task_key(task.id)
-    ops: list[Op] = [
-        Delete(key=ready),
-        Put(key=key, value=new),
-        Put(key=tr.lease_key(held.claim_until, task.id), value=b"1"),
-    ]
-    if await storage.conditional_batch([Expect(key=key, value=raw)], ops):
-        return Claimed(task=held, raw=new)
+    if await storage.conditional_batch([Expect(key=key, value=raw)], _claim_ops(ready, held)):
+        return held
     if await storage.get(key) is None:  # withdrawn with its step (the run was cancelled)
         await storage.conditional_batch([Expect(key=key, value=None)], [Delete(key=ready)])
     return None  # or another worker was faster
@@ -97,14 +113,29 @@ async def _extend_one(storage: Storage, c: Claimed, now: float) -> bool:
     return True
 
 
-async def finish(storage: Storage, c: Claimed, result: tr.TaskResult) -> bool:
-    """Store the outcome of a held task. ``False``: the claim was lost, nothing written."""
-    ops: list[Op] = [
+async def finish_many(storage: Storage, done: list[tuple[Claimed, tr.TaskResult]]) -> list[bool]:
+    """Store several outcomes: one batch when every claim still holds (the usual case),
+    else one each, so a lost claim refuses only its own result."""
+    if len(done) > 1:
+        conds = [Expect(key=tr.task_key(c.task.id), value=c.raw) for c, _ in done]
+        ops = [op for c, result in done for op in _finish_ops(c, result)]
+        if await storage.conditional_batch(conds, ops):
+            return [True] * len(done)
+    return list(await asyncio.gather(*(finish(storage, c, r) for c, r in done)))
+
+
+def _finish_ops(c: Claimed, result: tr.TaskResult) -> list[Op]:
+    return [
         Delete(key=tr.task_key(c.task.id)),
         Delete(key=c.lease),
         Put(key=tr.result_key(c.task.id), value=tr.encode(result)),
     ]
-    return await storage.conditional_batch([Expect(key=tr.task_key(c.task.id), value=c.raw)], ops)
+
+
+async def finish(storage: Storage, c: Claimed, result: tr.TaskResult) -> bool:
+    """Store the outcome of a held task. ``False``: the claim was lost, nothing written."""
+    conds = [Expect(key=tr.task_key(c.task.id), value=c.raw)]
+    return await storage.conditional_batch(conds, _finish_ops(c, result))
 
 
 async def hand_back(

@@ -98,7 +98,7 @@ class TaskDispatcher:
         if now - self._reaped_at >= self._poll_s:  # expired claims: once per interval
             self._reaped_at = now
             if await claims.reap(self._storage, now):
-                await self._notifier.ring(tr.RESULTS_TOPIC)
+                self._notifier.ring_soon(tr.RESULTS_TOPIC)
         start: str | None = None
         while True:
             found = await self._storage.scan(tr.RESULT_PREFIX, start=start, limit=_SCAN_LIMIT)
@@ -153,7 +153,7 @@ class TaskDispatcher:
             )
         waiter_for = self._waiting.setdefault(tid, _Waiter())
         fresh = False
-        if task is not None:
+        if task is not None and ready is not None:
             raw_task = tr.encode(task)
             try:
                 await run.commit_pending(
@@ -163,7 +163,7 @@ class TaskDispatcher:
             except BaseException:
                 self._waiting.pop(tid, None)
                 raise
-            await self._notifier.ring(tr.TASKS_TOPIC)
+            self._notifier.ring_soon(tr.TASKS_TOPIC)
             fresh = True  # just written: its outcome can only come with a ring or a scan
         event = waiter_for.event
         try:

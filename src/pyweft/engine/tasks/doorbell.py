@@ -37,6 +37,7 @@ class Notifier:
         self._dir = _bell_dir(storage)
         self._store_notify = getattr(storage, "notify", None)
         self._store_listen = getattr(storage, "listen", None)
+        self._pending: dict[str, bool] = {}  # channel -> another ring asked for meanwhile
 
     @property
     def available(self) -> bool:
@@ -50,6 +51,25 @@ class Notifier:
                 log.debug("notify %s failed: %s", channel, exc)
         elif self._dir is not None:
             _ring_dir(self._dir, channel)
+
+    def ring_soon(self, channel: str) -> None:
+        """Ring once for every call made until the ring goes out: under load, many
+        writes share one notification instead of one round trip each."""
+        if channel in self._pending:
+            self._pending[channel] = True
+            return
+        self._pending[channel] = False
+        asyncio.get_running_loop().create_task(self._ring_pending(channel))
+
+    async def _ring_pending(self, channel: str) -> None:
+        try:
+            while True:
+                await self.ring(channel)
+                if not self._pending.get(channel):
+                    return
+                self._pending[channel] = False
+        finally:
+            self._pending.pop(channel, None)
 
     async def listen(self, channel: str, callback: Callable[[], None]) -> Unlisten | None:
         """Call ``callback`` on the loop at each ring; ``None`` when nothing can ring."""
