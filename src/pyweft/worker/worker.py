@@ -367,12 +367,12 @@ class Worker:
             f"{task.queue!r}"
         )
         log.error("task %s handed back: %s", task.id, why)
-        self.refused += 1
         async with job.lock:
             job.done = True
             await claims.hand_back(self.storage, job.claimed, refuse=True, error=why)
+        self.refused += 1
         assert self._notifier is not None
-        await self._notifier.ring(tr.TASKS_TOPIC)
+        self._notifier.ring_soon(tr.TASKS_TOPIC)
 
     def _rejected(self, job: _Job, why: str) -> None:
         self.rejected += 1
