@@ -290,3 +290,17 @@ async def test_a_bad_per_call_queue_fails_the_workflow_call(backend: Backend) ->
     async with backend.engine(workflows=[badq], activities=ACTS) as eng:
         with pytest.raises(Exception, match="queue"):
             await (await eng.start(badq, id="b1")).result(timeout=5)
+
+
+async def test_the_workers_guide_example_runs_on_an_engine_and_a_worker(tmp_path: Any) -> None:
+    from pyweft import Engine, MemoryStorage
+    from support.guides import load
+
+    guide = load("workers", 1)
+    store = MemoryStorage()
+    async with (
+        Engine(store, workflows=[guide.publish], serve_queues=["default"]) as eng,
+        Worker(store, activities=[guide.resize], queues=["media", "media-hd"]),
+    ):
+        handle = await eng.start(guide.publish, "cat.png", id="g1")
+        assert await handle.result(timeout=10) == "cat.png@1280"
