@@ -121,6 +121,7 @@ class Worker:
         self.clock: Clock = clock or SystemClock()
         self.codec: PayloadCodec = codec or DefaultPayloadCodec()
         self._jobs: dict[str, _Job] = {}
+        self._shares: dict[str, tuple[int, int]] = {}  # queue -> (rank, live workers)
         self._outbox: list[tuple[_Job, tr.TaskResult, asyncio.Future[bool]]] = []
         self._flusher: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
@@ -180,6 +181,7 @@ class Worker:
         self._started_at = self.clock.now()
         self._notifier = Notifier(self._storage)
         await self._write_record()
+        await self._learn_shares(self._started_at)
         self._unlisten = await self._notifier.listen(tr.TASKS_TOPIC, self._kick.set)
         loop = asyncio.get_running_loop()
         self._loops = [
@@ -291,7 +293,8 @@ class Worker:
             if free <= 0 or self.draining:
                 break
             now = self.clock.now()
-            for c in await claims.claim(self.storage, queue, self.id, now, free):
+            share = self._shares.get(queue, (0, 1))
+            for c in await claims.claim(self.storage, queue, self.id, now, free, share):
                 self.dispatch_latencies.append(now - c.task.created_at)
                 job = _Job(claimed=c)
                 self._jobs[c.task.id] = job
@@ -431,8 +434,25 @@ class Worker:
                 if due and await claims.extend(storage, [job.claimed], now):
                     self._lose(job, "its claim was taken while it was being extended")
         await self._write_record()
+        await self._learn_shares(now)
         if await claims.reap(storage, now) and self._notifier is not None:
             self._notifier.ring_soon(tr.RESULTS_TOPIC)
+
+    async def _learn_shares(self, now: float) -> None:
+        """Which live workers serve each of this worker's queues (see ``claims.claim``)."""
+        serving: dict[str, list[str]] = {q: [] for q in self.queues}
+        for key, raw in await self.storage.scan(tr.WORKER_PREFIX):
+            rec = tr.decode_worker(raw, key=key)
+            if rec.expires_at < now or (rec.draining and rec.id != self.id):
+                continue
+            for q in rec.queues:
+                if q in serving:
+                    serving[q].append(rec.id)
+        self._shares = {
+            q: (sorted(ids).index(self.id), len(ids))
+            for q, ids in serving.items()
+            if self.id in ids
+        }
 
     def _lose(self, job: _Job, why: str) -> None:
         job.lost = why

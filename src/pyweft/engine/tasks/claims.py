@@ -21,6 +21,8 @@ from pyweft.storage.base import Delete, Expect, Get, Op, Put, Storage, read_many
 
 log = logging.getLogger("pyweft.tasks")
 
+_STALE_ENTRY_S = 1.0
+
 
 @dataclass(slots=True)
 class Claimed:
@@ -35,12 +37,20 @@ class Claimed:
 
 
 async def claim(
-    storage: Storage, queue: str, worker_id: str, now: float, limit: int
+    storage: Storage,
+    queue: str,
+    worker_id: str,
+    now: float,
+    limit: int,
+    share: tuple[int, int] = (0, 1),
 ) -> list[Claimed]:
     """Claim up to ``limit`` of the oldest ready tasks of ``queue``.
 
     A ready entry holds the task record as it was queued, so one scan finds both;
-    the claim is conditioned on the record still being exactly that.
+    the claim is conditioned on the record still being exactly that. ``share`` is
+    ``(rank, count)`` among the live workers of the queue: each first tries every
+    ``count``-th task from its rank, so workers racing for the same few tasks
+    mostly do not collide (a collision costs a failed write, not a wrong claim).
     """
     if limit <= 0:
         return []
@@ -50,6 +60,10 @@ async def claim(
         task = tr.decode_task(raw, key=key)
         if worker_id not in task.refused_by:
             picks.append((key, task, raw))
+    rank, count = share
+    if count > 1 and len(picks) > 1:
+        mine = picks[rank % count :: count]
+        picks = mine or picks[:1]
     if len(picks) > limit:
         # Workers racing for the same oldest tasks would mostly collide: each takes a
         # random share of the oldest ones (the oldest half is always among them).
@@ -87,9 +101,11 @@ async def _claim_one(
     key = tr.task_key(task.id)
     if await storage.conditional_batch([Expect(key=key, value=raw)], _claim_ops(ready, held)):
         return held
-    if await storage.get(key) is None:  # withdrawn with its step (the run was cancelled)
+    # Usually another worker was faster. An entry that stays in line this long may be
+    # the leftover of a task withdrawn with its step (the run was cancelled): tidy it.
+    if now - task.created_at > _STALE_ENTRY_S and await storage.get(key) is None:
         await storage.conditional_batch([Expect(key=key, value=None)], [Delete(key=ready)])
-    return None  # or another worker was faster
+    return None
 
 
 async def extend(storage: Storage, held: list[Claimed], now: float) -> list[Claimed]:
