@@ -29,6 +29,7 @@ from pyweft.engine.schedules.records import MissedWindow, ScheduleInfo
 from pyweft.engine.steps.activity_context import ActivityContext, activity_context
 from pyweft.engine.steps.async_completion import PendingActivity
 from pyweft.engine.steps.reconcile import VerifyResult
+from pyweft.engine.tasks.workers import WorkerInfo
 from pyweft.engine.visibility.reader import Group, History, HistoryEvent
 from pyweft.errors import (
     ActivityCancelledError,
@@ -99,6 +100,7 @@ from pyweft.errors import (
     WorkflowUsageError,
 )
 from pyweft.storage import MemoryStorage, SQLiteStorage, Storage, open_storage
+from pyweft.worker import Worker
 
 try:
     __version__ = version("pyweft")
@@ -120,7 +122,9 @@ __all__ = [
     "WorkflowHandle",
     "Escalation",
     "Saga",
+    "Worker",
     # what you get back
+    "WorkerInfo",
     "Group",
     "ErrorInfo",
     "History",

@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import inspect
 import math
+import re
 import typing
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -167,6 +168,10 @@ class ActivityDefinition:
     # and verify(key, *args) -> VerifyResult asked when a dispatch's outcome is unknown.
     idempotency_key: Callable[..., str] | None = None
     verify: Callable[..., Any] | None = None
+    # The task queue that serves it (None: "default") and, when a worker runs it, how long
+    # a claim lasts without the worker's heartbeat (None: 30s).
+    queue: str | None = None
+    visibility_timeout_s: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -219,6 +224,8 @@ def _activity_definition(
     cancel_grace: Duration | None = None,
     idempotency_key: Callable[..., str] | None = None,
     verify: Callable[..., Any] | None = None,
+    queue: str | None = None,
+    visibility_timeout: Duration | None = None,
 ) -> ActivityDefinition:
     if not callable(fn):
         raise DefinitionError(f"@activity must decorate a function, got {fn!r}")
@@ -238,6 +245,10 @@ def _activity_definition(
             raise DefinitionError(
                 f"@activity {what} must be a function of the activity's arguments, got {given!r}"
             )
+    if queue is not None and not _is_queue_name(queue):
+        raise DefinitionError(
+            f"@activity queue must be a name of 1 to 64 letters, digits, '_' or '-', got {queue!r}"
+        )
     _, result_type, _ = call_types(fn, skip_first=False)
     return ActivityDefinition(
         name=_check_name(name or fn.__name__, "activity"),
@@ -254,7 +265,13 @@ def _activity_definition(
         else parse_duration(cancel_grace, field="cancel_grace"),
         idempotency_key=idempotency_key,
         verify=verify,
+        queue=queue,
+        visibility_timeout_s=parse_activity_timeout(visibility_timeout, field="visibility_timeout"),
     )
+
+
+def _is_queue_name(name: object) -> bool:
+    return isinstance(name, str) and re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name) is not None
 
 
 def parse_activity_timeout(value: Duration | None, *, field: str) -> float | None:
@@ -305,6 +322,8 @@ def activity(
     cancel_grace: Duration | None = None,
     idempotency_key: Callable[..., str] | None = None,
     verify: Callable[..., Any] | None = None,
+    queue: str | None = None,
+    visibility_timeout: Duration | None = None,
 ) -> Callable[[F], F]: ...
 def activity(
     fn: F | None = None,
@@ -319,6 +338,8 @@ def activity(
     cancel_grace: Duration | None = None,
     idempotency_key: Callable[..., str] | None = None,
     verify: Callable[..., Any] | None = None,
+    queue: str | None = None,
+    visibility_timeout: Duration | None = None,
 ) -> F | Callable[[F], F]:
     """Declare an activity: a unit of side-effecting work whose result is recorded.
 
@@ -334,6 +355,10 @@ def activity(
     activity keyed: a dispatch whose outcome a crash hid is reconciled with
     ``verify(key, *args)`` (returning a ``VerifyResult``) instead of being run
     again; without ``verify`` such a step fails closed.
+    ``queue`` names the task queue that serves it (default ``"default"``): an engine
+    whose ``serve_queues`` leaves it out hands its attempts to worker processes
+    (``pyweft.Worker``); ``visibility_timeout`` (default 30s) is how long a worker's
+    claim on an attempt lasts without the worker's heartbeat.
     """
 
     def decorate(f: F) -> F:
@@ -353,6 +378,8 @@ def activity(
             cancel_grace=cancel_grace,
             idempotency_key=idempotency_key,
             verify=verify,
+            queue=queue,
+            visibility_timeout=visibility_timeout,
         )
         if inspect.ismethod(f):
             # A bound method takes no attributes: wrap it, keeping its object.

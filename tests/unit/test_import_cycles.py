@@ -16,6 +16,7 @@ SRC = Path(pyweft.__file__).resolve().parent.parent
 ENGINE_PARTS = (
     "replay",
     "steps",
+    "tasks",
     "messages",
     "composition",
     "control",

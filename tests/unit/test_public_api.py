@@ -23,6 +23,7 @@ EXPECTED = {
     "VerifyResult",
     "ScheduleInfo", "ScheduleOrigin",
     "MissedWindow",
+    "Worker", "WorkerInfo",
 }  # fmt: skip
 
 

@@ -27,6 +27,8 @@ from pyweft.cli import (
     set_codec,
     state,
     versions,
+    worker,
+    workers,
     workflows,
 )
 
@@ -69,6 +71,8 @@ app.add_typer(state.app, name="state")
 app.add_typer(versions.app, name="versions")
 app.command("serve")(serve.serve)
 app.add_typer(keys.app, name="keys")
+app.command("worker")(worker.worker)
+app.add_typer(workers.app, name="workers")
 
 
 def _print_version() -> None:

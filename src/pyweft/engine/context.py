@@ -32,6 +32,7 @@ from pyweft.engine.replay import keys, operations
 from pyweft.engine.replay.info import RunInfo, to_datetime
 from pyweft.engine.replay.run import ContinueAsNew, Run
 from pyweft.engine.steps import activities, attributes, recorded, timers
+from pyweft.engine.tasks.records import check_queue
 from pyweft.errors import (
     ActivityNotRegisteredError,
     DefinitionError,
@@ -123,6 +124,7 @@ class WorkflowContext:
         timeout: Duration | None = None,
         schedule_to_close: Duration | None = None,
         idempotency_key: str | None = None,
+        queue: str | None = None,
     ) -> Awaitable[T]: ...
     @overload
     def run(
@@ -134,6 +136,7 @@ class WorkflowContext:
         timeout: Duration | None = None,
         schedule_to_close: Duration | None = None,
         idempotency_key: str | None = None,
+        queue: str | None = None,
     ) -> Awaitable[T]: ...
     @overload
     def run(
@@ -145,6 +148,7 @@ class WorkflowContext:
         timeout: Duration | None = None,
         schedule_to_close: Duration | None = None,
         idempotency_key: str | None = None,
+        queue: str | None = None,
     ) -> Awaitable[Any]: ...
     def run(
         self,
@@ -155,6 +159,7 @@ class WorkflowContext:
         timeout: Duration | None = None,
         schedule_to_close: Duration | None = None,
         idempotency_key: str | None = None,
+        queue: str | None = None,
     ) -> Awaitable[Any]:
         """Run an activity (a function or a registered name) as one durable step.
 
@@ -162,7 +167,8 @@ class WorkflowContext:
         result is returned without running the activity again. Options given
         here override the activity's own for this call. Pass activity
         arguments positionally. ``idempotency_key`` keys this call (see
-        ``@activity(idempotency_key=..., verify=...)``).
+        ``@activity(idempotency_key=..., verify=...)``). ``queue`` sends this call to
+        another task queue than the activity's own (see ``Engine(serve_queues=...)``).
         """
         act = self._resolve(activity)
         if idempotency_key is not None and (
@@ -173,6 +179,8 @@ class WorkflowContext:
             )
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise InvalidArgumentError(f"ctx.run retry= must be a RetryPolicy, got {retry!r}")
+        if queue is not None:
+            check_queue(queue, field="ctx.run queue=")
         # Options are checked before the step number is taken, so a bad one takes none.
         timeout_s = (
             act.timeout_s if timeout is None else parse_activity_timeout(timeout, field="timeout")
@@ -191,6 +199,7 @@ class WorkflowContext:
             timeout_s,
             budget_s,
             idempotency_key,
+            queue,
         )
 
     def _resolve(self, activity: Callable[..., Any] | str) -> ActivityDefinition:

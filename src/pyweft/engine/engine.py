@@ -65,6 +65,8 @@ from pyweft.engine.replay.redrive import Redriver
 from pyweft.engine.replay.residency import DEFAULT_MAX_CACHED_RUNS
 from pyweft.engine.replay.run import RunServices
 from pyweft.engine.replay.stats import EngineStats
+from pyweft.engine.tasks.api import WorkersAPI
+from pyweft.engine.tasks.dispatch import TaskDispatcher
 from pyweft.errors import (
     ConfigurationError,
     DefinitionError,
@@ -97,7 +99,7 @@ Ts = TypeVarTuple("Ts")
 R = TypeVar("R")
 
 
-class Engine(MessagingAPI, InspectionAPI):
+class Engine(MessagingAPI, InspectionAPI, WorkersAPI):
     """Runs durable workflows on a store. Use ``async with Engine(...) as engine``.
 
     ``storage`` is a URL (``sqlite:///app.db``, ``memory://``), a
@@ -122,6 +124,9 @@ class Engine(MessagingAPI, InspectionAPI):
     ``max_cached_runs``: how many runs stay in memory; past it, runs idle in a
     wait (signal, update, condition, review, sleep) are evicted, oldest first,
     and replayed from their journal when something concerns them.
+    ``serve_queues``: the activity task queues this engine runs itself (``None``, the
+    default: all); an activity on another queue is handed to worker processes
+    (``pyweft.Worker``), and ``[]`` makes the engine a pure orchestrator.
     ``stall_threshold``: an event loop blocked this long is logged, naming the
     activity that blocked it (``None``: off); a run whose activity keeps stalling
     the engine past its claims or lease is failed (``EventLoopStall``).
@@ -161,6 +166,7 @@ class Engine(MessagingAPI, InspectionAPI):
         claim_renew_interval: Duration = 5.0,
         max_cached_runs: int = DEFAULT_MAX_CACHED_RUNS,
         stall_threshold: Duration | None = 1.0,
+        serve_queues: Iterable[str] | None = None,
     ) -> None:
         options.check(
             workflows=workflows,
@@ -179,6 +185,8 @@ class Engine(MessagingAPI, InspectionAPI):
             retention_batch_size=retention_batch_size,
         )
         self._max_history_steps = max_history_steps
+        self._serve_queues = options.serve_queues(serve_queues)
+        self._tasks: TaskDispatcher | None = None
         kept = options.retention_rules(retention)
         sweep_every = parse_duration(retention_sweep_interval, field="retention_sweep_interval")
         store, self._owns_storage = options.open_store(storage, sqlite_synchronous)
@@ -448,6 +456,15 @@ class Engine(MessagingAPI, InspectionAPI):
             on_idle=core.residency.idle,
             on_nondeterminism=core.on_nondeterminism,
         )
+        if self._serve_queues is not None:  # some activities run on worker processes
+            self._tasks = TaskDispatcher(
+                core.storage,
+                self._serve_queues,
+                poll_interval=core.poll_interval,
+                clock_now=self.clock.now,
+            )
+            core.services.tasks = self._tasks
+            await self._tasks.start()
         # Park markers need one engine driving every run: not under workflow-lease.
         core.residency.markers = core.claims is None
         self._signals = SignalSender(core.services, core.runs, core.residency)
@@ -537,6 +554,8 @@ class Engine(MessagingAPI, InspectionAPI):
         self._sweeper.stop()
         await self._wakeups.stop()
         await core.residency.close()
+        if self._tasks is not None:
+            await self._tasks.stop()
         for timer in core.pending_timers.values():
             timer.cancel()
         core.pending_timers.clear()

@@ -131,3 +131,24 @@ def open_store(storage: Any, sqlite_synchronous: str | None) -> tuple[Storage, b
 
 def named(fn: object) -> str:
     return str(getattr(fn, "__qualname__", None) or repr(fn))
+
+
+def serve_queues(given: Any) -> frozenset[str] | None:
+    """``serve_queues``: ``None`` (every queue runs here) or the queues this engine runs."""
+    if given is None:
+        return None
+    if isinstance(given, str) or not isinstance(given, Iterable):
+        raise ConfigurationError(
+            f"serve_queues must be a list of queue names (or None to run every activity "
+            f"here, [] to run none), got {given!r}; write serve_queues=[{given!r}]"
+        )
+    from pyweft.engine.tasks.records import check_queue
+    from pyweft.errors import InvalidArgumentError
+
+    names: set[str] = set()
+    for name in given:
+        try:
+            names.add(check_queue(name, field="each of serve_queues"))
+        except InvalidArgumentError as exc:
+            raise ConfigurationError(str(exc)) from None
+    return frozenset(names)

@@ -19,8 +19,9 @@ from __future__ import annotations
 from pyweft.sync.engine import Engine
 from pyweft.sync.events import EventIterator
 from pyweft.sync.handle import WorkflowHandle
+from pyweft.sync.worker import Worker
 
-__all__ = ["Client", "Engine", "EventIterator", "WorkflowHandle"]
+__all__ = ["Client", "Engine", "EventIterator", "Worker", "WorkflowHandle"]
 
 
 def __getattr__(name: str) -> object:

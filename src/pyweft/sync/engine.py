@@ -102,6 +102,7 @@ class Engine(PublishedMixin):
         claim_renew_interval: Duration = 5.0,
         max_cached_runs: int = DEFAULT_MAX_CACHED_RUNS,
         stall_threshold: Duration | None = 1.0,
+        serve_queues: Iterable[str] | None = None,
     ) -> None:
         self._lock = threading.Lock()
         self._state: State = "new"
@@ -139,6 +140,7 @@ class Engine(PublishedMixin):
                 claim_renew_interval=claim_renew_interval,
                 max_cached_runs=max_cached_runs,
                 stall_threshold=stall_threshold,
+                serve_queues=serve_queues,
             )
         except BaseException:
             self._loop.stop()

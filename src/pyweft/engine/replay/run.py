@@ -126,6 +126,9 @@ class RunServices:
     # Called when a step is about to run for real (past the recorded journal); the replay
     # checker (pyweft.testing.replay) stops the run there, so no new step runs.
     on_live: Callable[[Run], None] | None = None
+    # Hands attempts on queues this engine does not serve to workers (engine/tasks);
+    # None: every activity runs here.
+    tasks: Any = None
 
 
 Deferred = list[tuple[StepRecord, list[Op], list[Expect]]]

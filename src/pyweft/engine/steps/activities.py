@@ -34,6 +34,7 @@ async def run_activity(
     timeout_s: float | None,
     budget_s: float | None,
     per_call_key: str | None = None,
+    queue: str | None = None,
 ) -> Any:
     """One activity step: replayed from the journal, or executed until it succeeds or gives up."""
     rec = run.replay(step, "activity", act.name)
@@ -69,6 +70,11 @@ async def run_activity(
     except Exception as exc:  # the key function failed: nothing was dispatched
         await _fail_step(run, step, act, first, max(attempt, 1), exc)
     execution = functools.partial(tokens.execution_token, run, tokens.owner_epoch(run))
+    # Served by worker processes (engine/tasks) when this engine does not serve its queue.
+    queue = queue or act.queue or "default"
+    remote = run.services.tasks
+    if remote is not None and remote.serves(queue):
+        remote = None
     while True:
         attempt += 1
         started = clock.now()
@@ -121,6 +127,17 @@ async def run_activity(
                         if parked is not None
                         else await run.live(
                             run_attempt(run, act, args, actx, beats, attempt_timeout, timeout_kind)
+                            if remote is None
+                            else remote.execute(
+                                run,
+                                act,
+                                args,
+                                actx,
+                                base,
+                                queue,
+                                None if attempt_timeout is None else started + attempt_timeout,
+                                timeout_kind,
+                            )
                         )
                     )
                 finally:

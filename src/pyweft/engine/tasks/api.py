@@ -1,0 +1,40 @@
+"""The engine's worker surface: ``workers()``, ``drain_worker()``, ``resume_worker()``.
+
+``Engine`` inherits it; the CLI (``pyweft workers``) and, later, the server and
+dashboard use it rather than reading worker records themselves.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pyweft.engine.tasks import workers
+from pyweft.engine.tasks.workers import WorkerInfo
+
+if TYPE_CHECKING:
+    from pyweft.engine.control.core import EngineCore
+
+
+class WorkersAPI:
+    """Worker processes that serve this store's task queues (mixed into ``Engine``)."""
+
+    _core: EngineCore
+
+    async def workers(self, *, include_gone: bool = False) -> list[WorkerInfo]:
+        """Workers with a liveness record: live ones, and with ``include_gone`` those whose
+        heartbeat is overdue (a record is removed when its worker stops cleanly)."""
+        services = self._core.services_or_raise()
+        return await workers.list_workers(
+            services.storage, services.clock.now(), include_gone=include_gone
+        )
+
+    async def drain_worker(self, worker_id: str) -> WorkerInfo | None:
+        """Ask a worker to stop claiming tasks; what it runs finishes. It stays up (see
+        ``resume_worker``); its status reads ``draining``, then ``drained``."""
+        services = self._core.services_or_raise()
+        return await workers.set_drain(services.storage, worker_id, True)
+
+    async def resume_worker(self, worker_id: str) -> WorkerInfo | None:
+        """Let a drained worker claim tasks again."""
+        services = self._core.services_or_raise()
+        return await workers.set_drain(services.storage, worker_id, False)

@@ -1,0 +1,222 @@
+"""Claiming tasks, keeping claims, and ending them: the store side of a worker.
+
+Every function here is one or a few conditional batches, each conditioned on
+the exact task record its caller read or last wrote, so two workers never both
+hold a task and a worker that lost its claim (expired, or the run cancelled
+the step) cannot write anything for it. See :mod:`.records` for the layout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from dataclasses import dataclass
+
+import msgspec
+
+from pyweft.engine.replay.records import ErrorInfo
+from pyweft.engine.tasks import records as tr
+from pyweft.storage.base import Delete, Expect, Get, Op, Put, Storage, read_many
+
+log = logging.getLogger("pyweft.tasks")
+
+_STALE_ENTRY_S = 1.0
+
+
+@dataclass(slots=True)
+class Claimed:
+    """A task this worker holds: the record as it last wrote it, and its lease entry."""
+
+    task: tr.Task
+    raw: bytes
+
+    @property
+    def lease(self) -> str:
+        return tr.lease_key(self.task.claim_until, self.task.id)
+
+
+async def claim(
+    storage: Storage,
+    queue: str,
+    worker_id: str,
+    now: float,
+    limit: int,
+    share: tuple[int, int] = (0, 1),
+) -> list[Claimed]:
+    """Claim up to ``limit`` of the oldest ready tasks of ``queue``.
+
+    A ready entry holds the task record as it was queued, so one scan finds both;
+    the claim is conditioned on the record still being exactly that. ``share`` is
+    ``(rank, count)`` among the live workers of the queue: each first tries every
+    ``count``-th task from its rank, so workers racing for the same few tasks
+    mostly do not collide (a collision costs a failed write, not a wrong claim).
+    """
+    if limit <= 0:
+        return []
+    index = await storage.scan(tr.ready_prefix(queue), limit=limit * 2 + 8)
+    picks: list[tuple[str, tr.Task, bytes]] = []
+    for key, raw in index:
+        task = tr.decode_task(raw, key=key)
+        if worker_id not in task.refused_by:
+            picks.append((key, task, raw))
+    rank, count = share
+    if count > 1 and len(picks) > 1:
+        mine = picks[rank % count :: count]
+        picks = mine or picks[:1]
+    if len(picks) > limit:
+        # Workers racing for the same oldest tasks would mostly collide: each takes a
+        # random share of the oldest ones (the oldest half is always among them).
+        head, rest = picks[: limit // 2], picks[limit // 2 :]
+        picks = head + random.sample(rest, limit - len(head))
+    if len(picks) > 1:  # all at once, when nobody took any of them meanwhile
+        held = [_claimed(t, worker_id, now) for _, t, _ in picks]
+        conds = [Expect(key=tr.task_key(t.id), value=r) for _, t, r in picks]
+        ops = [op for (k, _, _), h in zip(picks, held, strict=True) for op in _claim_ops(k, h)]
+        if await storage.conditional_batch(conds, ops):
+            return held
+    got = await asyncio.gather(*(_claim_one(storage, k, t, r, worker_id, now) for k, t, r in picks))
+    return [c for c in got if c is not None]
+
+
+def _claimed(task: tr.Task, worker_id: str, now: float) -> Claimed:
+    held = msgspec.structs.replace(
+        task, claimed_by=worker_id, claimed_at=now, claim_until=now + task.visibility_s
+    )
+    return Claimed(task=held, raw=tr.encode(held))
+
+
+def _claim_ops(ready: str, c: Claimed) -> list[Op]:
+    return [
+        Delete(key=ready),
+        Put(key=tr.task_key(c.task.id), value=c.raw),
+        Put(key=c.lease, value=b"1"),
+    ]
+
+
+async def _claim_one(
+    storage: Storage, ready: str, task: tr.Task, raw: bytes, worker_id: str, now: float
+) -> Claimed | None:
+    held = _claimed(task, worker_id, now)
+    key = tr.task_key(task.id)
+    if await storage.conditional_batch([Expect(key=key, value=raw)], _claim_ops(ready, held)):
+        return held
+    # Usually another worker was faster. An entry that stays in line this long may be
+    # the leftover of a task withdrawn with its step (the run was cancelled): tidy it.
+    if now - task.created_at > _STALE_ENTRY_S and await storage.get(key) is None:
+        await storage.conditional_batch([Expect(key=key, value=None)], [Delete(key=ready)])
+    return None
+
+
+async def extend(storage: Storage, held: list[Claimed], now: float) -> list[Claimed]:
+    """Push the claims on by their visibility timeout; returns the ones that were lost."""
+    ok = await asyncio.gather(*(_extend_one(storage, c, now) for c in held))
+    return [c for c, kept in zip(held, ok, strict=True) if not kept]
+
+
+async def _extend_one(storage: Storage, c: Claimed, now: float) -> bool:
+    task = msgspec.structs.replace(c.task, claim_until=now + c.task.visibility_s)
+    new = tr.encode(task)
+    ops: list[Op] = [
+        Put(key=tr.task_key(task.id), value=new),
+        Put(key=tr.lease_key(task.claim_until, task.id), value=b"1"),
+    ]
+    if c.lease != tr.lease_key(task.claim_until, task.id):
+        ops.append(Delete(key=c.lease))
+    if not await storage.conditional_batch([Expect(key=tr.task_key(task.id), value=c.raw)], ops):
+        return False
+    c.task, c.raw = task, new
+    return True
+
+
+async def finish_many(storage: Storage, done: list[tuple[Claimed, tr.TaskResult]]) -> list[bool]:
+    """Store several outcomes: one batch when every claim still holds (the usual case),
+    else one each, so a lost claim refuses only its own result."""
+    if len(done) > 1:
+        conds = [Expect(key=tr.task_key(c.task.id), value=c.raw) for c, _ in done]
+        ops = [op for c, result in done for op in _finish_ops(c, result)]
+        if await storage.conditional_batch(conds, ops):
+            return [True] * len(done)
+    return list(await asyncio.gather(*(finish(storage, c, r) for c, r in done)))
+
+
+def _finish_ops(c: Claimed, result: tr.TaskResult) -> list[Op]:
+    return [
+        Delete(key=tr.task_key(c.task.id)),
+        Delete(key=c.lease),
+        Put(key=tr.result_key(c.task.id), value=tr.encode(result)),
+    ]
+
+
+async def finish(storage: Storage, c: Claimed, result: tr.TaskResult) -> bool:
+    """Store the outcome of a held task. ``False``: the claim was lost, nothing written."""
+    conds = [Expect(key=tr.task_key(c.task.id), value=c.raw)]
+    return await storage.conditional_batch(conds, _finish_ops(c, result))
+
+
+async def hand_back(
+    storage: Storage, c: Claimed, *, refuse: bool = False, error: str | None = None
+) -> bool:
+    """Put a held task back in line (its original place), for another worker."""
+    task = msgspec.structs.replace(
+        c.task,
+        claimed_by=None,
+        claimed_at=0.0,
+        claim_until=0.0,
+        refused_by=(*c.task.refused_by, c.task.claimed_by or "") if refuse else c.task.refused_by,
+        last_error=error if error is not None else c.task.last_error,
+    )
+    raw = tr.encode(task)
+    ops: list[Op] = [
+        Put(key=tr.task_key(task.id), value=raw),
+        Put(key=task.ready_key, value=raw),  # the ready entry carries the record
+        Delete(key=c.lease),
+    ]
+    return await storage.conditional_batch([Expect(key=tr.task_key(task.id), value=c.raw)], ops)
+
+
+async def reap(storage: Storage, now: float, limit: int = 200) -> int:
+    """Fail the attempts whose claims expired (their worker stopped heartbeating).
+
+    The step's retry policy then decides about a next attempt. Returns how many.
+    """
+    expired = await storage.scan(tr.LEASE_PREFIX, end=tr.lease_bound(now), limit=limit)
+    if not expired:
+        return 0
+    ids = [tr.id_of_lease(key) for key, _ in expired]
+    found = await read_many(storage, [Get(key=tr.task_key(tid)) for tid in ids])
+    reaped = 0
+    stale: list[Op] = []
+    for (key, _), tid, raw in zip(expired, ids, found, strict=True):
+        task = None if not isinstance(raw, bytes) else tr.decode_task(raw, key=tr.task_key(tid))
+        if task is None or task.claimed_by is None or key != tr.lease_key(task.claim_until, tid):
+            stale.append(Delete(key=key))  # finished, handed back, or extended since
+            continue
+        result = tr.TaskResult(
+            task_id=tid,
+            ok=False,
+            at=now,
+            worker=task.claimed_by,
+            error=ErrorInfo(
+                type="ActivityTimeoutError",
+                message=(
+                    f"activity {task.activity!r} (attempt {task.attempt}) was claimed by worker "
+                    f"{task.claimed_by!r}, which stopped heartbeating: its claim expired after "
+                    f"the visibility timeout of {task.visibility_s:g}s"
+                ),
+                code="ActivityTimeoutError",
+            ),
+            timeout_kind="visibility",
+        )
+        ops: list[Op] = [
+            Delete(key=tr.task_key(tid)),
+            Delete(key=key),
+            Put(key=tr.result_key(tid), value=tr.encode(result)),
+        ]
+        assert isinstance(raw, bytes)
+        if await storage.conditional_batch([Expect(key=tr.task_key(tid), value=raw)], ops):
+            log.warning("%s", result.error.message if result.error else "claim expired")
+            reaped += 1
+    if stale:
+        await storage.batch(stale)
+    return reaped

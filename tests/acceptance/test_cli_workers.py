@@ -1,0 +1,56 @@
+"""``pyweft workers list|drain|resume`` from another process, on SQLite."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+from pyweft import Worker, activity
+
+PYWEFT = [sys.executable, "-m", "pyweft.cli.main"]
+
+
+@activity(queue="media")
+async def thumb(x: int) -> int:
+    return x
+
+
+async def pyweft(db: Path, *args: str) -> tuple[int, str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYWEFT_DATABASE_URL", "FORCE_COLOR")}
+    env.update(COLUMNS="200", NO_COLOR="1", PYWEFT_DATABASE_URL=f"sqlite:///{db}")
+    proc = await asyncio.create_subprocess_exec(
+        *PYWEFT, *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_workers_are_listed_drained_and_resumed_from_the_cli(tmp_path: Path) -> None:
+    db = tmp_path / "app.db"
+    async with Worker(
+        f"sqlite:///{db}", activities=[thumb], queues=["media"], worker_id="w-1"
+    ) as w:
+        code, out, _ = await pyweft(db, "workers", "list", "--json")
+        assert code == 0
+        [item] = json.loads(out)["items"]
+        assert (item["id"], item["status"], item["queues"]) == ("w-1", "active", ["media"])
+        assert item["activities"] == ["thumb"] and item["concurrency"] == 8
+
+        code, out, _ = await pyweft(db, "workers", "drain", "w-1", "--json")
+        assert code == 0 and json.loads(out) == {"id": "w-1", "requested": "drain"}
+        await w.heartbeat()
+        assert w.draining
+        code, out, _ = await pyweft(db, "workers", "list")
+        assert code == 0 and "w-1 drained" in out and "media" in out
+
+        code, out, _ = await pyweft(db, "workers", "resume", "w-1")
+        assert code == 0 and "resume requested for worker w-1" in out
+        await w.heartbeat()
+        assert not w.draining
+
+        code, _, err = await pyweft(db, "workers", "drain", "nobody")
+        assert code == 1 and "no worker 'nobody'" in err

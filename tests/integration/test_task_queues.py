@@ -1,0 +1,306 @@
+"""Activity task queues: attempts handed to Worker processes' loops, fenced by claims.
+
+Engine and workers share one store (the same memory store, or the same SQLite file
+or PostgreSQL schema through their own connections).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from pyweft import (
+    ApplicationError,
+    ConfigurationError,
+    DefinitionError,
+    InvalidArgumentError,
+    RetryPolicy,
+    SystemClock,
+    Worker,
+    WorkflowContext,
+    WorkflowFailedError,
+    activity,
+    activity_context,
+    workflow,
+)
+from pyweft.engine.tasks import claims
+from pyweft.engine.tasks import records as tr
+from support.backends import Backend
+from support.poll import eventually
+
+ran: list[tuple[str, Any]] = []
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    ran.clear()
+    gates[:] = [asyncio.Event()]
+
+
+@activity(queue="media")
+async def resize(x: int) -> int:
+    ctx = activity_context()
+    ran.append(("resize", (x, ctx.attempt, ctx.workflow_id)))
+    return x * 2
+
+
+@activity
+async def local_step(x: int) -> int:
+    ran.append(("local", x))
+    return x + 1
+
+
+@activity(queue="media", retry=RetryPolicy(max_attempts=3, initial_interval=0.01))
+async def flaky(x: int) -> int:
+    attempt = activity_context().attempt
+    ran.append(("flaky", attempt))
+    if attempt < 3:
+        raise ApplicationError(f"not yet ({attempt})", type="NotYet")
+    return x
+
+
+@activity(queue="media", retry=RetryPolicy(max_attempts=5, initial_interval=0.01))
+async def refuses(x: int) -> int:
+    raise ApplicationError("bad input", type="BadInput", non_retryable=True)
+
+
+gates: list[asyncio.Event] = []
+
+
+@activity(queue="media")
+async def slow(x: int) -> int:
+    ran.append(("slow-start", x))
+    try:
+        await asyncio.wait_for(gates[0].wait(), 5)
+    except asyncio.CancelledError:
+        ran.append(("slow-cancelled", activity_context().cancel_reason))
+        raise
+    ran.append(("slow-end", x))
+    return x
+
+
+@workflow
+async def pipeline(ctx: WorkflowContext, x: int) -> list[int]:
+    a = await ctx.run(local_step, x)
+    b = await ctx.run(resize, a)
+    return [a, b]
+
+
+@workflow
+async def routed(ctx: WorkflowContext, x: int) -> int:
+    return await ctx.run(local_step, x, queue="media")
+
+
+@workflow
+async def one(ctx: WorkflowContext, name: str, x: int) -> Any:
+    return await ctx.run(name, x)
+
+
+ACTS = [resize, local_step, flaky, refuses, slow]
+
+
+def engine(backend: Backend, **kw: Any) -> Any:
+    return backend.engine(
+        workflows=[pipeline, routed, one],
+        activities=ACTS,
+        clock=SystemClock(),
+        poll_interval=0.05,
+        **kw,
+    )
+
+
+def worker(backend: Backend, acts: list[Any] = ACTS, **kw: Any) -> Worker:
+    kw.setdefault("queues", ["media"])
+    kw.setdefault("poll_interval", 0.05)
+    return Worker(backend.storage(), activities=acts, **kw)
+
+
+async def tasks_in(storage: Any) -> list[tr.Task]:
+    return [tr.decode_task(raw) for _, raw in await storage.scan(tr.TASK_PREFIX)]
+
+
+async def test_an_activity_on_an_unserved_queue_runs_on_a_worker(backend: Backend) -> None:
+    async with engine(backend, serve_queues=["default"]) as eng:
+        handle = await eng.start(pipeline, 1, id="p1")
+        storage = eng._core.storage
+        # No worker yet: the local step ran here, the media step waits as a task.
+        await eventually(lambda: _has_tasks(storage), what="a task record")
+        assert ran == [("local", 1)]
+        [task] = await tasks_in(storage)
+        assert (task.activity, task.queue, task.step, task.attempt) == ("resize", "media", 2, 1)
+        async with worker(backend) as w:
+            assert await handle.result(timeout=10) == [2, 4]
+            assert w.completed == 1
+        assert ran[1] == ("resize", (2, 1, "p1"))
+        assert await tasks_in(storage) == []
+        assert await storage.scan(tr.RESULT_PREFIX) == []  # consumed with the step
+
+
+async def _has_tasks(storage: Any) -> bool:
+    return bool(await storage.scan(tr.TASK_PREFIX))
+
+
+async def test_serve_queues_none_runs_everything_in_the_engine(backend: Backend) -> None:
+    async with engine(backend) as eng:
+        assert await (await eng.start(pipeline, 1, id="p1")).result(timeout=5) == [2, 4]
+        assert await eng._core.storage.scan(tr.TASK_PREFIX) == []
+
+
+async def test_a_per_call_queue_overrides_the_activitys_own(backend: Backend) -> None:
+    async with engine(backend, serve_queues=["default"]) as eng, worker(backend):
+        assert await (await eng.start(routed, 5, id="r1")).result(timeout=10) == 6
+
+
+async def test_a_failed_attempt_on_a_worker_is_retried_per_the_policy(backend: Backend) -> None:
+    async with engine(backend, serve_queues=[]) as eng, worker(backend):
+        assert await (await eng.start(one, "flaky", 7, id="f1")).result(timeout=10) == 7
+        assert [a for k, a in ran if k == "flaky"] == [1, 2, 3]
+        history = await eng.history("f1")
+        step = [e for e in history.events if getattr(e, "step", None) == 1]
+        assert step
+
+
+async def test_a_non_retryable_failure_on_a_worker_fails_the_step_once(backend: Backend) -> None:
+    async with engine(backend, serve_queues=[]) as eng, worker(backend):
+        handle = await eng.start(one, "refuses", 1, id="n1")
+        with pytest.raises(
+            WorkflowFailedError, match=r"failed after 1 attempt.*BadInput: bad input"
+        ):
+            await handle.result(timeout=10)
+
+
+async def test_an_unknown_activity_goes_back_for_another_worker(backend: Backend) -> None:
+    async with engine(backend, serve_queues=[]) as eng:
+        handle = await eng.start(one, "resize", 3, id="u1")
+        storage = eng._core.storage
+        async with worker(backend, [local_step], worker_id="w-without") as w1:
+            await eventually(lambda: w1.refused == 1, what="the task refused")
+            [task] = await tasks_in(storage)
+            assert task.claimed_by is None and task.refused_by == ("w-without",)
+            assert task.last_error is not None and "has no activity 'resize'" in task.last_error
+            await w1.claim_now()  # it does not take it again
+            assert w1.refused == 1
+            async with worker(backend, worker_id="w-with"):
+                assert await handle.result(timeout=10) == 6
+
+
+async def test_a_result_from_a_displaced_attempt_is_refused(backend: Backend) -> None:
+    async with engine(backend, serve_queues=[]) as eng:
+        handle = await eng.start(one, "flaky", 9, id="s1")
+        storage = eng._core.storage
+        await eventually(lambda: _has_tasks(storage), what="a task record")
+        now = SystemClock().now()
+        [held] = await claims.claim(storage, "media", "ghost", now, 1)
+        # The ghost worker goes silent: past its visibility timeout the attempt fails.
+        assert await claims.reap(storage, now + held.task.visibility_s + 1) == 1
+        async with worker(backend, worker_id="live") as w:
+            assert await handle.result(timeout=10) == 9
+            late = tr.TaskResult(task_id=held.task.id, ok=True, at=now, worker="ghost")
+            assert not await claims.finish(storage, held, late)
+            assert w.completed >= 1
+        # Attempt 1 was the ghost's: the live worker ran attempts 2 and 3.
+        assert [a for k, a in ran if k == "flaky"] == [2, 3]
+
+
+async def test_cancelling_the_run_cancels_the_attempt_on_the_worker(backend: Backend) -> None:
+    async with engine(backend, serve_queues=[]) as eng, worker(backend) as w:
+        handle = await eng.start(one, "slow", 1, id="c1")
+        await eventually(lambda: ("slow-start", 1) in ran, what="the attempt started")
+        await eng.cancel("c1")
+        await eventually(lambda: _no_tasks(eng._core.storage), what="the task withdrawn")
+        await w.heartbeat()
+        await eventually(lambda: any(k == "slow-cancelled" for k, _ in ran), what="cancelled")
+        assert (await handle.describe()).status == "cancelled"
+        await eventually(lambda: w.in_flight == 0, what="the slot freed")
+
+
+async def _no_tasks(storage: Any) -> bool:
+    return not await storage.scan(tr.TASK_PREFIX)
+
+
+async def test_a_drained_worker_stops_claiming_until_resumed(backend: Backend) -> None:
+    async with engine(backend, serve_queues=[]) as eng, worker(backend, worker_id="w1") as w:
+        [info] = await eng.workers()
+        assert (info.id, info.status, info.queues) == ("w1", "active", ("media",))
+        await eng.drain_worker("w1")
+        await w.heartbeat()
+        assert w.draining
+        [info] = await eng.workers()
+        assert info.status == "drained" and info.drain_requested
+        handle = await eng.start(one, "resize", 4, id="d1")
+        await eventually(lambda: _has_tasks(eng._core.storage), what="a task record")
+        assert await w.claim_now() == 0
+        await eng.resume_worker("w1")
+        await w.heartbeat()
+        assert await handle.result(timeout=10) == 8
+        with pytest.raises(InvalidArgumentError, match="no worker 'nobody'"):
+            await eng.drain_worker("nobody")
+
+
+async def test_stopping_hands_unfinished_attempts_back_for_another_worker(
+    backend: Backend,
+) -> None:
+    async with engine(backend, serve_queues=[]) as eng:
+        handle = await eng.start(one, "slow", 2, id="h1")
+        first = worker(backend, worker_id="first")
+        await first.start()
+        await eventually(lambda: ("slow-start", 2) in ran, what="the attempt started")
+        await first.stop(drain_timeout=0.01)
+        [task] = await tasks_in(eng._core.storage)
+        assert task.claimed_by is None and task.attempt == 1  # the same attempt, queued
+        gates[0].set()
+        async with worker(backend, worker_id="second"):
+            assert await handle.result(timeout=10) == 2
+        assert await eng.workers(include_gone=True) == []  # both unregistered
+
+
+async def test_a_restarted_engine_waits_for_the_same_task(backend: Backend) -> None:
+    if backend.name == "memory":
+        pytest.skip("a restart needs a durable store")
+    async with engine(backend, serve_queues=[]) as eng:
+        await eng.start(one, "resize", 5, id="x1")
+        await eventually(lambda: _has_tasks(eng._core.storage), what="a task record")
+    async with worker(backend) as w:
+        await eventually(lambda: w.completed == 1, what="the task done while no engine ran")
+    async with engine(backend, serve_queues=[]) as eng:
+        assert await eng.get_handle("x1").result(timeout=10) == 10
+        assert len([k for k, _ in ran if k == "resize"]) == 1
+
+
+def test_bad_queue_options_are_refused_with_typed_errors(backend: Backend) -> None:
+    with pytest.raises(ConfigurationError, match="serve_queues"):
+        engine(backend, serve_queues="media")
+    with pytest.raises(ConfigurationError, match="queue name"):
+        engine(backend, serve_queues=["no spaces"])
+    with pytest.raises(DefinitionError, match="queue"):
+        activity(queue="a/b")(lambda: None)
+    with pytest.raises(ConfigurationError, match="concurrency"):
+        Worker(backend.storage(), activities=ACTS, concurrency=0)
+    with pytest.raises(ConfigurationError, match="queue"):
+        Worker(backend.storage(), activities=ACTS, queues="media")
+
+
+async def test_a_bad_per_call_queue_fails_the_workflow_call(backend: Backend) -> None:
+    @workflow(name="badq")
+    async def badq(ctx: WorkflowContext) -> None:
+        await ctx.run(resize, 1, queue="")
+
+    async with backend.engine(workflows=[badq], activities=ACTS) as eng:
+        with pytest.raises(Exception, match="queue"):
+            await (await eng.start(badq, id="b1")).result(timeout=5)
+
+
+async def test_the_workers_guide_example_runs_on_an_engine_and_a_worker(tmp_path: Any) -> None:
+    from pyweft import Engine, MemoryStorage
+    from support.guides import load
+
+    guide = load("workers", 1)
+    store = MemoryStorage()
+    async with (
+        Engine(store, workflows=[guide.publish], serve_queues=["default"]) as eng,
+        Worker(store, activities=[guide.resize], queues=["media", "media-hd"]),
+    ):
+        handle = await eng.start(guide.publish, "cat.png", id="g1")
+        assert await handle.result(timeout=10) == "cat.png@1280"
