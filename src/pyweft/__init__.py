@@ -20,6 +20,7 @@ from pyweft.engine.messages.reviews import Escalation, ReviewDecision, ReviewInf
 from pyweft.engine.messages.updates import UpdateRequestHandle
 from pyweft.engine.ownership import StoreOwnership
 from pyweft.engine.ownership.lease import LeaseHealth
+from pyweft.engine.queues import Queue, QueueInfo
 from pyweft.engine.replay.events import WorkflowEvent
 from pyweft.engine.replay.info import Page, RunInfo, ScheduleOrigin, StepInfo, WorkflowInfo
 from pyweft.engine.replay.records import ErrorInfo
@@ -61,6 +62,8 @@ from pyweft.errors import (
     PyweftError,
     QueryFailedError,
     QueryNotFoundError,
+    QueueDeduplicatedError,
+    QueueNotFoundError,
     QueryUnavailableError,
     RateLimitedError,
     RequestTooLargeError,
@@ -114,6 +117,7 @@ __all__ = [
     # running it
     "Engine",
     "WorkflowHandle",
+    "Queue",
     "Escalation",
     "Saga",
     # what you get back
@@ -134,6 +138,7 @@ __all__ = [
     "WorkflowInfo",
     "RunInfo",
     "ScheduleInfo",
+    "QueueInfo",
     "ScheduleOrigin",
     "MissedWindow",
     # plumbing you may swap
@@ -178,6 +183,8 @@ __all__ = [
     "PermissionDeniedError",
     "PyweftError",
     "QueryNotFoundError",
+    "QueueDeduplicatedError",
+    "QueueNotFoundError",
     "QueryUnavailableError",
     "QueryFailedError",
     "RateLimitedError",

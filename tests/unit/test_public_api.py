@@ -22,6 +22,7 @@ EXPECTED = {
     "VerifyResult",
     "ScheduleInfo", "ScheduleOrigin",
     "MissedWindow",
+    "Queue", "QueueInfo",
 }  # fmt: skip
 
 
