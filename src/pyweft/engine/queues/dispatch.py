@@ -35,7 +35,17 @@ from pyweft.engine.queues.queue import Queue
 from pyweft.engine.replay import keys, records
 from pyweft.engine.replay.records import WorkflowState
 from pyweft.engine.replay.run import Run, status_change_ops
-from pyweft.storage.base import Delete, Expect, Get, Op, Put, Scan, Unlisten, read_many
+from pyweft.storage.base import (
+    Delete,
+    Expect,
+    Get,
+    Op,
+    Put,
+    ReadResult,
+    Scan,
+    Unlisten,
+    read_many,
+)
 
 if TYPE_CHECKING:
     from pyweft.engine.control.core import EngineCore
@@ -64,6 +74,17 @@ class Dispatcher:
         self._foreign: set[str] = set()  # waiting runs this engine cannot drive
         self._unsure: set[str] = set()  # dispatched by a batch whose reply was lost
         self._notify = getattr(core.storage, "notify", None)
+        # What this engine last knew of a partition without a rate limit: the counter it
+        # wrote and the slots then held (all, and its own), minus the runs of its own
+        # that finished since. Never fewer than the truth, since only finished runs free
+        # slots and any other dispatcher's batch changes the counter (failing ours, and
+        # then we read again): it saves the reads of a pass while this engine is the
+        # one dispatching. Dropped at each poll and notification.
+        self._known: dict[tuple[str, str], tuple[bytes, int, int, int]] = {}
+        # Runs dispatched here that ended, per partition: what was freed since a read.
+        self._ended: dict[tuple[str, str], int] = {}
+        # The next waiting runs of a FIFO partition, with their state records.
+        self._ahead: dict[tuple[str, str], list[tuple[str, str, bytes | None]]] = {}
         self.dispatched = 0
 
     async def start(self) -> None:
@@ -93,6 +114,8 @@ class Dispatcher:
         self._kick.set()
 
     def poke_all(self) -> None:
+        self._known.clear()
+        self._ahead.clear()
         self._dirty.update(self._queues)
         self._kick.set()
 
@@ -112,7 +135,9 @@ class Dispatcher:
                 async with asyncio.timeout(self._core.poll_interval):
                     await self._kick.wait()
             if not self._kick.is_set():
-                self._dirty.update(self._queues)  # the poll: look at every queue
+                self._known.clear()  # the poll: read everything again
+                self._ahead.clear()
+                self._dirty.update(self._queues)
             self._kick.clear()
             dirty, self._dirty = self._dirty, set()
             for name in sorted(dirty):
@@ -124,6 +149,8 @@ class Dispatcher:
                 except asyncio.CancelledError:
                     raise
                 except Exception:
+                    self._known.clear()
+                    self._ahead.clear()
                     log.exception("dispatching queue %s failed; retrying at the next poll", name)
 
     async def dispatch(self, queue: Queue) -> int:
@@ -142,6 +169,7 @@ class Dispatcher:
         while self._core.state == "open":
             outcome = await self._pass(queue, part, token)
             if outcome is None:  # lost a race with another dispatcher: look again
+                self._known.pop((queue.name, part), None)
                 await asyncio.sleep(random.uniform(0.0, 0.005))
                 continue
             started += outcome
@@ -153,23 +181,34 @@ class Dispatcher:
         """Dispatch what the limits allow now: the number started, ``None`` on a lost race."""
         core, name = self._core, queue.name
         storage = core.storage
-        counter_key = layout.counter(name, part)
-        # The counter first: a slot added after this read comes with a counter change
-        # that fails our batch, so the slots read next are never fewer than the truth.
-        counter = await storage.get(counter_key)
-        reads: list[Get | Scan] = [Scan(prefix=layout.slot_prefix(name, part))]
-        if queue.rate_limit is not None:
-            reads.append(Scan(prefix=layout.starts_prefix(name, part)))
-        results = await read_many(storage, reads)
-        slots = results[0]
-        assert isinstance(slots, list)
+        known = self._known.get((name, part))
+        results: list[ReadResult] = []
+        if known is not None:
+            counter, held, mine, base = known
+        else:
+            # The counter first: a slot added after this read comes with a counter change
+            # that fails our batch, so the slots read next are never fewer than the truth.
+            counter_raw = await storage.get(layout.counter(name, part))
+            reads: list[Get | Scan] = [Scan(prefix=layout.slot_prefix(name, part))]
+            if queue.rate_limit is not None:
+                reads.append(Scan(prefix=layout.starts_prefix(name, part)))
+            results = await read_many(storage, reads)
+            slots = results[0]
+            assert isinstance(slots, list)
+            me = self._engine_id().encode()
+            counter = counter_raw or b""
+            held, mine = len(slots), sum(1 for _, v in slots if v == me)
+            # Counted after the read: a run that ended while it was under way counts as
+            # holding its slot until the next read (never the reverse).
+            base = self._ended.get((name, part), 0)
+        freed = self._ended.get((name, part), 0) - base
+        held, mine = held - freed, mine - freed
         now = core.clock.now()
         room = MAX_BATCH
         if queue.concurrency is not None:
-            room = min(room, queue.concurrency - len(slots))
+            room = min(room, queue.concurrency - held)
         if queue.worker_concurrency is not None:
-            me = self._engine_id().encode()
-            room = min(room, queue.worker_concurrency - sum(1 for _, v in slots if v == me))
+            room = min(room, queue.worker_concurrency - mine)
         expired: list[str] = []
         if queue.rate_limit is not None and queue.rate_window_s is not None:
             starts = results[1]
@@ -183,15 +222,38 @@ class Dispatcher:
                 self._arm(name, layout.time_part(recent[0]) + queue.rate_window_s)
         if room <= 0:
             return 0
-        picked, next_due, exhausted = await self._head(queue, part, room, now)
-        if next_due is not None:
-            self._arm(name, next_due)
+        ahead = self._ahead.pop((name, part), None)
+        if ahead:
+            # Read ahead by the last pass (see _read_ahead): no reads needed now.
+            picked, rest = ahead[:room], ahead[room:]
+            if rest:
+                self._ahead[(name, part)] = rest
+            exhausted = False
+        else:
+            entries, next_due, exhausted = await self._head(queue, part, room, now)
+            if next_due is not None:
+                self._arm(name, next_due)
+            picked = await self._with_states(entries)
         if not picked:
-            if exhausted and not slots and token is not None:
+            if exhausted and not held and token is not None:
                 marker = layout.marker(name, part)  # an empty partition: forget it
                 await core.committer.commit([Delete(key=marker)], [Expect(key=marker, value=token)])
             return 0
-        return await self._start(queue, part, picked, counter, expired, now)
+        started = await self._start(queue, part, picked, counter or None, expired, now)
+        if started is None:
+            self._ahead.pop((name, part), None)  # something changed: read afresh
+        elif started and (name, part) not in self._ahead:
+            await self._read_ahead(queue, part, now)
+        if started and queue.rate_limit is None:
+            self._known[(name, part)] = (
+                _next(counter or None),
+                held + started,
+                mine + started,
+                base + freed,
+            )
+        elif started:
+            self._known.pop((name, part), None)
+        return started
 
     async def _head(
         self, queue: Queue, part: str, room: int, now: float
@@ -226,25 +288,45 @@ class Dispatcher:
             start = keys.after(rows[-1][0])
         return picked, next_due, False
 
+    async def _with_states(
+        self, entries: list[tuple[str, str]]
+    ) -> list[tuple[str, str, bytes | None]]:
+        raws = await read_many(self._core.storage, [Get(key=keys.wf(i)) for _, i in entries])
+        return [
+            (key, run_id, raw if isinstance(raw, bytes) else None)
+            for (key, run_id), raw in zip(entries, raws, strict=True)
+        ]
+
+    async def _read_ahead(self, queue: Queue, part: str, now: float) -> None:
+        """Read the next runs of a FIFO queue while the ones just started run, so that
+        the pass that follows a slot freeing only has to write. Their state records
+        are the conditions of that write: a run changed meanwhile (cancelled) fails it,
+        and the pass reads again. A priority queue reads its head at every pass, since
+        a run enqueued later (by another process) may belong before those read."""
+        if queue.priority:
+            return
+        entries, _, _ = await self._head(queue, part, min(MAX_BATCH, queue.concurrency or 64), now)
+        if entries:
+            self._ahead[(queue.name, part)] = await self._with_states(entries)
+
     async def _start(
         self,
         queue: Queue,
         part: str,
-        picked: list[tuple[str, str]],
+        picked: list[tuple[str, str, bytes | None]],
         counter: bytes | None,
         expired: list[str],
         now: float,
     ) -> int | None:
         core = self._core
         services = core.services_or_raise()
-        raws = await read_many(core.storage, [Get(key=keys.wf(run_id)) for _, run_id in picked])
         ops: list[Op] = [Delete(key=k) for k in expired]
         conds: list[Expect] = []
         chosen: list[tuple[WorkflowState, bytes, object]] = []
         claims = core.claims
         me = self._engine_id().encode()
-        for (wait_key, run_id), raw in zip(picked, raws, strict=True):
-            if not isinstance(raw, bytes):
+        for wait_key, run_id, raw in picked:
+            if raw is None:
                 ops.append(Delete(key=wait_key))  # the run is gone (purged): drop its entry
                 continue
             try:
@@ -304,11 +386,19 @@ class Dispatcher:
             core.emit("started", new, queue=queue.name, partition_key=part or None)
             run = Run(services, core.workflows[new.type], new, new_raw, {}, {})
             core.launch(run)
-            run.done.add_done_callback(lambda _f, name=queue.name: self._finished(name))
+            run.done.add_done_callback(
+                lambda done, name=queue.name: self._finished(name, part, done)
+            )
         self.dispatched += len(chosen)
         return len(chosen)
 
-    def _finished(self, queue: str) -> None:
+    def _finished(self, queue: str, part: str, done: asyncio.Future[WorkflowState]) -> None:
+        ended = not done.cancelled() and done.exception() is None
+        if ended and done.result().status in records.TERMINAL_STATUSES:
+            # Its end committed, and with it the deletion of its slot.
+            self._ended[(queue, part)] = self._ended.get((queue, part), 0) + 1
+        else:
+            self._known.pop((queue, part), None)  # stopped without ending: read again
         self.poke(queue)
         if self._notify is not None and self._core.state == "open":
             asyncio.get_running_loop().create_task(self.announce())
