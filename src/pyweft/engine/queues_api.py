@@ -33,6 +33,7 @@ class QueuesAPI:
     _core: EngineCore
     _queues: dict[str, Queue]
     _queue_defs_stored: set[str]
+    _last_enqueued_us: int
     _dispatcher: Dispatcher | None
 
     def _init_queues(self, queues: Iterable[Queue]) -> None:
@@ -43,6 +44,7 @@ class QueuesAPI:
             )
         self._queues = {}
         self._queue_defs_stored = set()
+        self._last_enqueued_us = 0
         self._dispatcher = None
         for queue in queues:
             self.register_queue(queue)
@@ -170,6 +172,7 @@ class QueuesAPI:
             deduplication_id=deduplication_id,
             delay=delay,
             partition_key=partition_key,
+            order=self._in_line,
         )
         self._core.emit(
             "enqueued",
@@ -184,6 +187,12 @@ class QueuesAPI:
         else:
             await self._announce()
         return WorkflowHandle(self, state.id)  # type: ignore[arg-type]  # mixed into Engine
+
+    def _in_line(self, now: float) -> float:
+        """``now``, moved a microsecond past this engine's previous enqueue if needed."""
+        micros = max(round(now * 1_000_000), self._last_enqueued_us + 1)
+        self._last_enqueued_us = micros
+        return micros / 1_000_000
 
     async def _announce(self) -> None:
         notify = getattr(self._core.storage, "notify", None)

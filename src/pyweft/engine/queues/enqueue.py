@@ -40,8 +40,11 @@ async def enqueue(
     deduplication_id: str | None,
     delay: Any,
     partition_key: str | None,
+    order: Callable[[float], float] = lambda now: now,
 ) -> WorkflowState:
-    """Check everything, then store the run as ``enqueued``. Returns its state."""
+    """Check everything, then store the run as ``enqueued``. Returns its state.
+
+    ``order`` turns the clock's time into the entry's place in line (see QueuesAPI)."""
     core.services_or_raise()
     definition = core.definition(wf)
     workflow_id = check_id(id, "id") if id is not None else str(uuid.uuid4())
@@ -62,7 +65,9 @@ async def enqueue(
         )
     now = core.clock.now()
     not_before = now + wait_s if wait_s else None
-    wait_key = layout.waiting(queue.name, partition, rank, now, workflow_id)
+    # First in, first out within a priority: the waiting entry's time never repeats
+    # in this engine (``order``), even when the clock does not move (a virtual clock).
+    wait_key = layout.waiting(queue.name, partition, rank, order(now), workflow_id)
     state = WorkflowState(
         id=workflow_id,
         type=definition.name,
