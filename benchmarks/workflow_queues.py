@@ -34,7 +34,9 @@ async def one_step(ctx: WorkflowContext, i: int) -> int:
 async def bench(path: Path, runs: int, concurrency: int) -> None:
     queue = Queue("bench", concurrency=concurrency)
     url = f"sqlite:///{path}"
-    async with Engine(url, workflows=[one_step], activities=[noop], queues=[queue], role="client") as client:
+    async with Engine(
+        url, workflows=[one_step], activities=[noop], queues=[queue], role="client"
+    ) as client:
         t0 = time.perf_counter()
         for start in range(0, runs, 500):
             await asyncio.gather(
@@ -54,11 +56,15 @@ async def bench(path: Path, runs: int, concurrency: int) -> None:
         drain_s = time.perf_counter() - t0
         cpu = time.process_time() - cpu0
         info = await engine.queue_info("bench")
-        completed = (await engine.aggregate(group_by="status"))
-    print(f"drain: {runs} runs, concurrency={concurrency}, in {drain_s:.2f}s = "
-          f"{runs / drain_s:,.0f} workflows/s; CPU {cpu / runs * 1e6:,.0f} µs/workflow")
-    print(f"after: depth={info.depth} in_flight={info.in_flight}; "
-          + ", ".join(f"{g.key}={g.count}" for g in completed))
+        completed = await engine.aggregate(group_by="status")
+    print(
+        f"drain: {runs} runs, concurrency={concurrency}, in {drain_s:.2f}s = "
+        f"{runs / drain_s:,.0f} workflows/s; CPU {cpu / runs * 1e6:,.0f} µs/workflow"
+    )
+    print(
+        f"after: depth={info.depth} in_flight={info.in_flight}; "
+        + ", ".join(f"{g.key}={g.count}" for g in completed)
+    )
 
 
 def main() -> None:

@@ -61,8 +61,10 @@ def _start(url: str, schema: str, count: int) -> list[subprocess.Popen[str]]:
     procs = [
         subprocess.Popen(
             [sys.executable, str(WORKER), url, schema, f"engine-{n}"],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-        )  # fmt: skip
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         for n in range(count)
     ]
     for proc in procs:

@@ -178,7 +178,9 @@ async def test_each_partition_key_gets_its_own_concurrency(backend: Backend) -> 
     async with engine(backend, queue) as eng:
         for tenant in ("a", "b"):
             for i in range(2):
-                await eng.enqueue(queue, held, f"{tenant}{i}", id=f"{tenant}{i}", partition_key=tenant)
+                await eng.enqueue(
+                    queue, held, f"{tenant}{i}", id=f"{tenant}{i}", partition_key=tenant
+                )
         await eventually(lambda: sorted(started) == ["a0", "b0"], what="one per partition")
         await asyncio.sleep(0.05)
         assert sorted(started) == ["a0", "b0"]

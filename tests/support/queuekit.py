@@ -84,10 +84,11 @@ def read_results(url: str, schema: str) -> tuple[int, list[str]]:
     """(the most runs any run saw working at once, run ids in order of first start)."""
     s = sql.Identifier(schema)
     with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(sql.SQL("SELECT coalesce(max(n), 0) FROM {}.wfq_peaks").format(s)).fetchone()
+        row = conn.execute(
+            sql.SQL("SELECT coalesce(max(n), 0) FROM {}.wfq_peaks").format(s)
+        ).fetchone()
         order = conn.execute(sql.SQL("SELECT run_id FROM {}.wfq_starts ORDER BY seq").format(s))
         return int(row[0]) if row else 0, [str(r[0]) for r in order.fetchall()]
-
 
 
 class Probe:

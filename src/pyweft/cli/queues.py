@@ -37,7 +37,15 @@ def _rate(info: QueueInfo) -> str:
 
 def _table(items: list[QueueInfo]) -> Table:
     table = Table(box=None, header_style="bold")
-    for column in ("QUEUE", "DEPTH", "IN FLIGHT", "OLDEST WAIT", "RATE", "CONCURRENCY", "PER ENGINE"):
+    for column in (
+        "QUEUE",
+        "DEPTH",
+        "IN FLIGHT",
+        "OLDEST WAIT",
+        "RATE",
+        "CONCURRENCY",
+        "PER ENGINE",
+    ):
         table.add_column(column)
     for q in items:
         depth = f"{q.depth} ({q.delayed} delayed)" if q.delayed else str(q.depth)

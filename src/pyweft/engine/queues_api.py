@@ -7,7 +7,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any, TypeVar, TypeVarTuple, overload
+from typing import TYPE_CHECKING, Any, TypeVar, TypeVarTuple, cast, overload
 
 from pyweft.definitions import Duration, refuse_activity_as_workflow
 from pyweft.engine.handle import WorkflowHandle
@@ -37,7 +37,7 @@ class QueuesAPI:
     _dispatcher: Dispatcher | None
 
     def _init_queues(self, queues: Iterable[Queue]) -> None:
-        if isinstance(queues, Queue) or isinstance(queues, str):
+        if isinstance(queues, Queue | str):
             raise ConfigurationError(
                 f"queues must be a list of Queue objects, got {queues!r} itself; "
                 "write queues=[Queue(...)]"
@@ -83,7 +83,9 @@ class QueuesAPI:
         for queue in self._queues.values():
             await self._store_definition(queue)
         if core.drives and self._queues:
-            self._dispatcher = Dispatcher(core, self._queues, lambda: str(getattr(self, "engine_id")))
+            self._dispatcher = Dispatcher(
+                core, self._queues, lambda: str(cast(Any, self).engine_id)
+            )
             await self._dispatcher.start()
 
     async def _close_queues(self) -> None:
@@ -99,7 +101,9 @@ class QueuesAPI:
         value = encode_stored(to_stored(queue))
         old = await self._core.storage.get(key)
         if old != value:
-            await self._core.committer.commit([Put(key=key, value=value)], [Expect(key=key, value=old)])
+            await self._core.committer.commit(
+                [Put(key=key, value=value)], [Expect(key=key, value=old)]
+            )
         self._queue_defs_stored.add(queue.name)
 
     def _queue(self, queue: Queue | str) -> Queue:

@@ -29,6 +29,7 @@ from pyweft.engine.messages.reviews import ReviewInfo
 from pyweft.engine.messages.updates import OMITTED
 from pyweft.engine.ownership import StoreOwnership
 from pyweft.engine.ownership.lease import LeaseHealth
+from pyweft.engine.queues import Queue
 from pyweft.engine.replay.info import Page, WorkflowInfo
 from pyweft.engine.replay.residency import DEFAULT_MAX_CACHED_RUNS
 from pyweft.engine.replay.stats import EngineStats
@@ -41,6 +42,7 @@ from pyweft.sync.blocking import Blocking
 from pyweft.sync.events import EventIterator
 from pyweft.sync.handle import WorkflowHandle
 from pyweft.sync.loop import LoopThread, closed_error
+from pyweft.sync.queues import QueuesSync
 
 if TYPE_CHECKING:
     from pyweft.engine.context import WorkflowContext
@@ -56,7 +58,7 @@ State = Literal["new", "opening", "open", "closing", "closed"]
 Started = Literal["started", "signalled"]
 
 
-class Engine:
+class Engine(QueuesSync):
     """Runs durable workflows from synchronous code. Use ``with Engine(...) as engine``.
 
     Takes the same arguments as :class:`pyweft.Engine`. Construction starts one
@@ -101,6 +103,7 @@ class Engine:
         claim_renew_interval: Duration = 5.0,
         max_cached_runs: int = DEFAULT_MAX_CACHED_RUNS,
         stall_threshold: Duration | None = 1.0,
+        queues: Iterable[Queue] = (),
     ) -> None:
         self._lock = threading.Lock()
         self._state: State = "new"
@@ -138,6 +141,7 @@ class Engine:
                 claim_renew_interval=claim_renew_interval,
                 max_cached_runs=max_cached_runs,
                 stall_threshold=stall_threshold,
+                queues=queues,
             )
         except BaseException:
             self._loop.stop()

@@ -103,7 +103,12 @@ async def cancel(core: EngineCore, workflow_id: str) -> None:
         wake=True,
         cancel_requested=True,
     )
-    if requested is not None or current.status not in ("pending", "enqueued", "suspended", "blocked"):
+    if requested is not None or current.status not in (
+        "pending",
+        "enqueued",
+        "suspended",
+        "blocked",
+    ):
         return  # the request is recorded, or the run already finished
     # An enqueued run leaves its queue in the same batch (see status_change_ops).
     new, _ = await lifecycle.transition(

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 from collections.abc import Callable
@@ -386,9 +387,7 @@ class Dispatcher:
             core.emit("started", new, queue=queue.name, partition_key=part or None)
             run = Run(services, core.workflows[new.type], new, new_raw, {}, {})
             core.launch(run)
-            run.done.add_done_callback(
-                lambda done, name=queue.name: self._finished(name, part, done)
-            )
+            run.done.add_done_callback(functools.partial(self._finished, queue.name, part))
         self.dispatched += len(chosen)
         return len(chosen)
 

@@ -24,7 +24,15 @@ from pyweft.errors import CorruptRecordError
 T = TypeVar("T")
 
 Status = Literal[
-    "pending", "enqueued", "running", "suspended", "blocked", "completed", "failed", "cancelled", "timed_out"
+    "pending",
+    "enqueued",
+    "running",
+    "suspended",
+    "blocked",
+    "completed",
+    "failed",
+    "cancelled",
+    "timed_out",
 ]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled", "timed_out"})
 ALL_STATUSES: tuple[str, ...] = (
