@@ -7,6 +7,10 @@ Enqueues ``--runs`` one-step workflows (one no-op activity each) on a queue with
 nothing), then opens an engine that serves the queue and times how long it takes to
 drain it: from opening until every run has finished and no slot is held. Prints the
 enqueue rate, the drain rate (workflows/s) and the CPU time per workflow.
+
+``--compare`` also runs the same workflows without a queue (``engine.start`` with at
+most ``--concurrency`` in flight, held by a semaphore in the caller): the engine's own
+ceiling at that concurrency, to read the queue's figure against.
 """
 
 from __future__ import annotations
@@ -67,13 +71,34 @@ async def bench(path: Path, runs: int, concurrency: int) -> None:
     )
 
 
+async def bench_plain(path: Path, runs: int, concurrency: int) -> None:
+    async with Engine(f"sqlite:///{path}", workflows=[one_step], activities=[noop]) as engine:
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one(i: int) -> None:
+            async with gate:
+                await (await engine.start(one_step, i)).result()
+
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        await asyncio.gather(*(one(i) for i in range(runs)))
+        took = time.perf_counter() - t0
+        cpu = time.process_time() - cpu0
+    print(
+        f"no queue: {runs} runs started {concurrency} at a time in {took:.2f}s = "
+        f"{runs / took:,.0f} workflows/s; CPU {cpu / runs * 1e6:,.0f} µs/workflow"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--concurrency", type=int, default=50)
+    parser.add_argument("--compare", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         asyncio.run(bench(Path(tmp) / "queues.db", args.runs, args.concurrency))
+        if args.compare:
+            asyncio.run(bench_plain(Path(tmp) / "plain.db", args.runs, args.concurrency))
 
 
 if __name__ == "__main__":
