@@ -61,7 +61,8 @@ async def test_runs_wait_enqueued_until_a_slot_frees(backend: Backend) -> None:
         assert (await first).kind == "enqueued"
         await eventually(lambda: len(started) == 2, what="two runs started")
         assert started == ["r0", "r1"]
-        assert (await eng.describe("r2")).status == "enqueued"
+        waiting = await eng.describe("r2")
+        assert (waiting.status, waiting.queue) == ("enqueued", "imports")
         assert [i.id for i in (await eng.list(status="enqueued")).items] == ["r2", "r3"] or {
             i.id for i in (await eng.list(status="enqueued")).items
         } == {"r2", "r3"}

@@ -188,8 +188,7 @@ class QueuesAPI:
         )
         if self._dispatcher is not None:
             self._dispatcher.poke(held.name)
-        else:
-            await self._announce()
+        await self._announce()  # other engines serving the queue may have room
         return WorkflowHandle(self, state.id)  # type: ignore[arg-type]  # mixed into Engine
 
     def _in_line(self, now: float) -> float:

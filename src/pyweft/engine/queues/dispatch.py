@@ -32,6 +32,7 @@ import msgspec
 from pyweft.clock import TimerHandle
 from pyweft.engine.queues import layout
 from pyweft.engine.queues.enqueue import QUEUE_TOPIC
+from pyweft.engine.ownership.claims import Claim, ClaimPlan
 from pyweft.engine.queues.queue import Queue
 from pyweft.engine.replay import keys, records
 from pyweft.engine.replay.records import WorkflowState
@@ -55,6 +56,7 @@ log = logging.getLogger("pyweft.queues")
 
 MAX_BATCH = 200
 """Runs dispatched by one batch at most (a bigger backlog takes several passes)."""
+_STOP_GRACE_S = 5.0  # how long shutdown waits for a dispatch batch under way
 _SCAN_BUDGET = 5000  # waiting entries looked at per pass past ones not due / not ours
 
 
@@ -99,11 +101,16 @@ class Dispatcher:
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="pyweft-queues")
 
     async def stop(self) -> None:
+        """Stop dispatching. A pass under way may finish its batch first (the engine is
+        closing, so runs it starts stay stored as running for recovery)."""
         for _, timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
         if self._task is not None:
-            self._task.cancel()
+            self._kick.set()  # the loop sees the engine closing and returns
+            _, late = await asyncio.wait([self._task], timeout=_STOP_GRACE_S)
+            for task in late:
+                task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
         unlisten, self._unlisten = self._unlisten, None
@@ -131,7 +138,7 @@ class Dispatcher:
     # --- the loop ---------------------------------------------------------------------
 
     async def _loop(self) -> None:
-        while True:
+        while self._core.state == "open":
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._core.poll_interval):
                     await self._kick.wait()
@@ -323,9 +330,14 @@ class Dispatcher:
         services = core.services_or_raise()
         ops: list[Op] = [Delete(key=k) for k in expired]
         conds: list[Expect] = []
-        chosen: list[tuple[WorkflowState, bytes, object]] = []
+        chosen: list[tuple[WorkflowState, bytes, Claim | None]] = []
         claims = core.claims
         me = self._engine_id().encode()
+        plans: dict[str, ClaimPlan | None] = {}
+        if claims is not None:  # under workflow-lease: the claims join the dispatch batch
+            ids = [run_id for _, run_id, raw in picked if raw is not None]
+            found = await asyncio.gather(*(claims.acquire_ops(i) for i in ids))
+            plans = dict(zip(ids, found, strict=True))
         for wait_key, run_id, raw in picked:
             if raw is None:
                 ops.append(Delete(key=wait_key))  # the run is gone (purged): drop its entry
@@ -344,7 +356,7 @@ class Dispatcher:
             if definition is None or definition.version != state.version:
                 self._foreign.add(run_id)  # for an engine that has its code
                 continue
-            plan = await claims.acquire_ops(run_id) if claims is not None else None
+            plan = plans.get(run_id)
             if claims is not None and plan is None:
                 continue  # another engine holds it (it is starting it)
             slot_key = layout.slot(queue.name, part, run_id)
@@ -383,7 +395,7 @@ class Dispatcher:
             return None
         for new, new_raw, claim in chosen:
             if claim is not None and claims is not None:
-                claims.adopt(claim)  # type: ignore[arg-type]
+                claims.adopt(claim)
             core.emit("started", new, queue=queue.name, partition_key=part or None)
             run = Run(services, core.workflows[new.type], new, new_raw, {}, {})
             core.launch(run)
