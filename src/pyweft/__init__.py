@@ -21,6 +21,7 @@ from pyweft.engine.messages.reviews import Escalation, ReviewDecision, ReviewInf
 from pyweft.engine.messages.updates import UpdateRequestHandle
 from pyweft.engine.ownership import StoreOwnership
 from pyweft.engine.ownership.lease import LeaseHealth
+from pyweft.engine.queues import Queue, QueueInfo
 from pyweft.engine.replay.events import WorkflowEvent
 from pyweft.engine.replay.info import Page, RunInfo, ScheduleOrigin, StepInfo, WorkflowInfo
 from pyweft.engine.replay.records import ErrorInfo
@@ -67,6 +68,8 @@ from pyweft.errors import (
     QueryFailedError,
     QueryNotFoundError,
     QueryUnavailableError,
+    QueueDeduplicatedError,
+    QueueNotFoundError,
     RateLimitedError,
     RequestTooLargeError,
     ResultTimeoutError,
@@ -120,6 +123,7 @@ __all__ = [
     # running it
     "Engine",
     "WorkflowHandle",
+    "Queue",
     "Escalation",
     "Saga",
     "Worker",
@@ -144,6 +148,7 @@ __all__ = [
     "BulkResult",
     "RunInfo",
     "ScheduleInfo",
+    "QueueInfo",
     "ScheduleOrigin",
     "MissedWindow",
     # plumbing you may swap
@@ -191,6 +196,8 @@ __all__ = [
     "PermissionDeniedError",
     "PyweftError",
     "QueryNotFoundError",
+    "QueueDeduplicatedError",
+    "QueueNotFoundError",
     "QueryUnavailableError",
     "QueryFailedError",
     "RateLimitedError",

@@ -106,6 +106,29 @@ class WorkflowAlreadyExistsError(PyweftError):
         self.workflow_id = workflow_id
 
 
+class QueueNotFoundError(PyweftError, LookupError):
+    """A workflow queue name that is not registered with the engine."""
+
+    def __init__(self, message: str, *, queue: str) -> None:
+        super().__init__(message)
+        self.queue = queue
+
+
+class QueueDeduplicatedError(PyweftError):
+    """``enqueue`` with a deduplication id that a queued or running run already holds.
+
+    ``workflow_id`` is the run holding it: wait for it, or pick another id.
+    """
+
+    def __init__(
+        self, message: str, *, queue: str, deduplication_id: str, workflow_id: str
+    ) -> None:
+        super().__init__(message)
+        self.queue = queue
+        self.deduplication_id = deduplication_id
+        self.workflow_id = workflow_id
+
+
 class WorkflowFailedError(PyweftError):
     """``result()`` of a run that ended in failure; ``error`` describes the cause."""
 
@@ -638,6 +661,8 @@ __all__ = [
     "PermissionDeniedError",
     "PyweftError",
     "QueryNotFoundError",
+    "QueueDeduplicatedError",
+    "QueueNotFoundError",
     "QueryUnavailableError",
     "QueryFailedError",
     "RateLimitedError",

@@ -24,6 +24,7 @@ EXPECTED = {
     "ScheduleInfo", "ScheduleOrigin",
     "MissedWindow",
     "Worker", "WorkerInfo",
+    "Queue", "QueueInfo",
 }  # fmt: skip
 
 

@@ -1,5 +1,5 @@
 """The ``pyweft`` typer app: ``version``, ``doctor``, ``demo``, ``workflows``, ``reviews``,
-``schedules`` and ``versions``."""
+``schedules``, ``versions`` and ``queues``."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from pyweft.cli import (
     doctor,
     keys,
     purge,
+    queues,
     render,
     replay,
     reviews,
@@ -69,6 +70,7 @@ app.add_typer(activities.app, name="activities")
 app.add_typer(schedules.app, name="schedules")
 app.add_typer(state.app, name="state")
 app.add_typer(versions.app, name="versions")
+app.add_typer(queues.app, name="queues")
 app.command("serve")(serve.serve)
 app.add_typer(keys.app, name="keys")
 app.command("worker")(worker.worker)

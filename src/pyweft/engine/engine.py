@@ -60,6 +60,8 @@ from pyweft.engine.ownership.identity import (
     new_instance_id,
 )
 from pyweft.engine.ownership.lease import LeaseHealth, LeaseManager
+from pyweft.engine.queues.queue import Queue
+from pyweft.engine.queues_api import QueuesAPI
 from pyweft.engine.replay import keys
 from pyweft.engine.replay.redrive import Redriver
 from pyweft.engine.replay.residency import DEFAULT_MAX_CACHED_RUNS
@@ -99,7 +101,7 @@ Ts = TypeVarTuple("Ts")
 R = TypeVar("R")
 
 
-class Engine(MessagingAPI, InspectionAPI, WorkersAPI):
+class Engine(MessagingAPI, InspectionAPI, WorkersAPI, QueuesAPI):
     """Runs durable workflows on a store. Use ``async with Engine(...) as engine``.
 
     ``storage`` is a URL (``sqlite:///app.db``, ``memory://``), a
@@ -130,6 +132,8 @@ class Engine(MessagingAPI, InspectionAPI, WorkersAPI):
     ``stall_threshold``: an event loop blocked this long is logged, naming the
     activity that blocked it (``None``: off); a run whose activity keeps stalling
     the engine past its claims or lease is failed (``EventLoopStall``).
+    ``queues``: workflow queues this engine accepts ``enqueue`` to and (unless it is
+    a client) dispatches; see :class:`Queue` and ``docs/guides/queues.md``.
     """
 
     supported_schema_version: int = keys.SCHEMA_VERSION
@@ -167,6 +171,7 @@ class Engine(MessagingAPI, InspectionAPI, WorkersAPI):
         max_cached_runs: int = DEFAULT_MAX_CACHED_RUNS,
         stall_threshold: Duration | None = 1.0,
         serve_queues: Iterable[str] | None = None,
+        queues: Iterable[Queue] = (),
     ) -> None:
         options.check(
             workflows=workflows,
@@ -209,6 +214,7 @@ class Engine(MessagingAPI, InspectionAPI, WorkersAPI):
             self.register_workflow(fn)
         for fn in activities:
             self.register_activity(fn)
+        self._init_queues(queues)
         self._recover = recover and role == "engine"
         self._core.drives = role == "engine"
         self._activity_threads = activity_threads
@@ -500,6 +506,7 @@ class Engine(MessagingAPI, InspectionAPI, WorkersAPI):
                 self.schedules.firing.start()
         if not getattr(core.storage, "read_only", False):
             await self._wakeups.start()  # it tidies wake markers: nothing to do read-only
+        await self._open_queues()
         if core.claims is not None:
             self._arm_claims()
         self._watch_stalls()
@@ -542,6 +549,7 @@ class Engine(MessagingAPI, InspectionAPI, WorkersAPI):
         if self._schedules is not None:
             await self._schedules.firing.stop()
         await core.redriver.close()
+        await self._close_queues()
         # Stop taking runs over first, so no reclaim launches a run after the others stop.
         if self._claim_timer is not None:
             self._claim_timer.cancel()

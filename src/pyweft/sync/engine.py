@@ -29,6 +29,7 @@ from pyweft.engine.messages.reviews import ReviewInfo
 from pyweft.engine.messages.updates import OMITTED
 from pyweft.engine.ownership import StoreOwnership
 from pyweft.engine.ownership.lease import LeaseHealth
+from pyweft.engine.queues import Queue
 from pyweft.engine.replay.info import Page, WorkflowInfo
 from pyweft.engine.replay.residency import DEFAULT_MAX_CACHED_RUNS
 from pyweft.engine.replay.stats import EngineStats
@@ -42,6 +43,7 @@ from pyweft.sync.events import EventIterator
 from pyweft.sync.handle import WorkflowHandle
 from pyweft.sync.loop import LoopThread, closed_error
 from pyweft.sync.published import PublishedMixin
+from pyweft.sync.queues import QueuesSync
 
 if TYPE_CHECKING:
     from pyweft.engine.context import WorkflowContext
@@ -57,7 +59,7 @@ State = Literal["new", "opening", "open", "closing", "closed"]
 Started = Literal["started", "signalled"]
 
 
-class Engine(PublishedMixin):
+class Engine(PublishedMixin, QueuesSync):
     """Runs durable workflows from synchronous code. Use ``with Engine(...) as engine``.
 
     Takes the same arguments as :class:`pyweft.Engine`. Construction starts one
@@ -103,6 +105,7 @@ class Engine(PublishedMixin):
         max_cached_runs: int = DEFAULT_MAX_CACHED_RUNS,
         stall_threshold: Duration | None = 1.0,
         serve_queues: Iterable[str] | None = None,
+        queues: Iterable[Queue] = (),
     ) -> None:
         self._lock = threading.Lock()
         self._state: State = "new"
@@ -141,6 +144,7 @@ class Engine(PublishedMixin):
                 max_cached_runs=max_cached_runs,
                 stall_threshold=stall_threshold,
                 serve_queues=serve_queues,
+                queues=queues,
             )
         except BaseException:
             self._loop.stop()

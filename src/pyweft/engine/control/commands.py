@@ -103,13 +103,19 @@ async def cancel(core: EngineCore, workflow_id: str) -> None:
         wake=True,
         cancel_requested=True,
     )
-    if requested is not None or current.status not in ("pending", "suspended", "blocked"):
+    if requested is not None or current.status not in (
+        "pending",
+        "enqueued",
+        "suspended",
+        "blocked",
+    ):
         return  # the request is recorded, or the run already finished
+    # An enqueued run leaves its queue in the same batch (see status_change_ops).
     new, _ = await lifecycle.transition(
         core.storage,
         core.committer,
         workflow_id,
-        frozenset({"pending", "suspended", "blocked"}),
+        frozenset({"pending", "enqueued", "suspended", "blocked"}),
         core.clock.now(),
         status="cancelled",
         cancel_requested=True,
@@ -192,7 +198,7 @@ async def resume(core: EngineCore, workflow_id: str) -> None:
     await core.resume_run(workflow_id)
 
 
-FAILABLE = frozenset({"blocked", "suspended", "pending"})
+FAILABLE = frozenset({"blocked", "suspended", "pending", "enqueued"})
 MAX_REASON_CHARS = 2000
 
 

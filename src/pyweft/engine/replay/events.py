@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 EventKind = Literal[
+    "enqueued",  # waits in a workflow queue (queue, priority, partition_key, deduplication_id)
     "started",
     "step_completed",
     "step_failed",

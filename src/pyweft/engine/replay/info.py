@@ -95,6 +95,7 @@ class WorkflowInfo:
     # flight that heartbeated with details (the live "activity progress").
     heartbeats: dict[int, Any] | None = None
     schedule: ScheduleOrigin | None = None  # set when a schedule occurrence started the run
+    queue: str | None = None  # the workflow queue the run was enqueued on
 
     @property
     def is_terminal(self) -> bool:

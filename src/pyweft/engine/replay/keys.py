@@ -67,6 +67,7 @@ MAX_ID_BYTES = 255
 RESERVED_PREFIXES = (
     "meta:", "wf:", "ix:", "idem:", "sig:", "sigseq:", "sigres:", "upd:", "upr:", "upk:", "upo:",
     "upx:", "qry:", "qrs:", "review:", "rvix:", "rvw:", "wake:", "own:", "q:",
+    "wfq:",
 )  # fmt: skip
 
 

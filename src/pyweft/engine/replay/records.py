@@ -24,11 +24,20 @@ from pyweft.errors import CorruptRecordError
 T = TypeVar("T")
 
 Status = Literal[
-    "pending", "running", "suspended", "blocked", "completed", "failed", "cancelled", "timed_out"
+    "pending",
+    "enqueued",
+    "running",
+    "suspended",
+    "blocked",
+    "completed",
+    "failed",
+    "cancelled",
+    "timed_out",
 ]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled", "timed_out"})
 ALL_STATUSES: tuple[str, ...] = (
     "pending",
+    "enqueued",  # waits in a workflow queue for a slot (``queue`` names it)
     "running",
     "suspended",
     "blocked",  # its code drifted: waits for code that replays it (``error`` says why)
@@ -74,6 +83,11 @@ class WorkflowState(msgspec.Struct, array_like=True):
     generation_started_at: float = 0.0  # when continue_as_new began this generation
     schedule_id: str | None = None  # the schedule whose occurrence started this run
     nominal_time: float | None = None  # that occurrence's nominal time (before jitter)
+    # Workflow queues: the queue the run was enqueued on, its waiting entry (while
+    # ``enqueued``) and its slot (from dispatch until it ends); see ``engine/queues``.
+    queue: str | None = None
+    queue_wait_key: str | None = None
+    queue_slot_key: str | None = None
 
 
 class StepRecord(msgspec.Struct, array_like=True):

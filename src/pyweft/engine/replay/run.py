@@ -1046,6 +1046,10 @@ def status_change_ops(old: WorkflowState, new: WorkflowState) -> list[Op]:
     if new.status in records.TERMINAL_STATUSES:
         ended = new.ended_at if new.ended_at is not None else new.updated_at
         ops.append(Put(key=keys.end_index(new.status, ended, new.id), value=b""))
+        if new.queue_slot_key is not None:  # a queued run's end frees its slot
+            ops.append(Delete(key=new.queue_slot_key))
+    if old.status == "enqueued" and old.queue_wait_key is not None:
+        ops.append(Delete(key=old.queue_wait_key))  # dispatched or cancelled: off the queue
     return ops
 
 

@@ -36,6 +36,7 @@ _KEY_ONLY = (
     "sched-due:",
     "st:",
     "lk:",
+    "wfq:",  # workflow queues (engine/queues/layout.py)
 )
 
 

@@ -201,6 +201,7 @@ class Visibility:
             forked_from=state.forked_from,
             forked_at_step=state.forked_at_step,
             schedule=_origin(state),
+            queue=state.queue,
         )
 
     async def describe(self, workflow_id: str) -> WorkflowInfo:

@@ -1,0 +1,32 @@
+"""The blocking twins of the workflow-queue methods (``pyweft.sync.Engine``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import pyweft.sync
+from pyweft import Queue, QueueDeduplicatedError, QueueNotFoundError, WorkflowContext, workflow
+
+
+@workflow
+async def double(ctx: WorkflowContext, x: int) -> int:
+    return x * 2
+
+
+def test_sync_engine_enqueues_and_reports_queues(tmp_path: Path) -> None:
+    queue = Queue("jobs", concurrency=1)
+    url = f"sqlite:///{tmp_path / 'app.db'}"
+    with pyweft.sync.Engine(url, workflows=[double], queues=[queue]) as engine:
+        first = engine.enqueue(queue, double, 21, deduplication_id="job-21")
+        with pytest.raises(QueueDeduplicatedError):
+            engine.enqueue("jobs", double, 21, deduplication_id="job-21")
+        assert first.result(timeout=5) == 42
+        engine.register_queue(Queue("later"))
+        assert engine.enqueue("later", double, 2).result(timeout=5) == 4
+        info = engine.queue_info("jobs")
+        assert (info.depth, info.in_flight, info.concurrency) == (0, 0, 1)
+        assert [q.name for q in engine.queues()] == ["jobs", "later"]
+        with pytest.raises(QueueNotFoundError):
+            engine.enqueue("nope", double, 1)
