@@ -72,6 +72,9 @@ from pyweft.errors import (
     SchemaVersionError,
     StorageCapabilityError,
 )
+from pyweft.observability import chain
+from pyweft.observability.chain import InterceptorChain
+from pyweft.observability.interceptors import Interceptor, check_interceptors
 from pyweft.storage.base import Expect, Put, Storage
 from pyweft.storage.file_lock import StoreFileLock
 from pyweft.storage.sqlite import SQLiteStorage
@@ -161,6 +164,7 @@ class Engine(MessagingAPI, InspectionAPI):
         claim_renew_interval: Duration = 5.0,
         max_cached_runs: int = DEFAULT_MAX_CACHED_RUNS,
         stall_threshold: Duration | None = 1.0,
+        interceptors: Iterable[Interceptor] = (),
     ) -> None:
         options.check(
             workflows=workflows,
@@ -179,6 +183,7 @@ class Engine(MessagingAPI, InspectionAPI):
             retention_batch_size=retention_batch_size,
         )
         self._max_history_steps = max_history_steps
+        self._interceptors = InterceptorChain.build(check_interceptors(interceptors))
         kept = options.retention_rules(retention)
         sweep_every = parse_duration(retention_sweep_interval, field="retention_sweep_interval")
         store, self._owns_storage = options.open_store(storage, sqlite_synchronous)
@@ -447,6 +452,7 @@ class Engine(MessagingAPI, InspectionAPI):
             claims=core.claims,
             on_idle=core.residency.idle,
             on_nondeterminism=core.on_nondeterminism,
+            interceptors=self._interceptors,
         )
         # Park markers need one engine driving every run: not under workflow-lease.
         core.residency.markers = core.claims is None
@@ -718,6 +724,7 @@ class Engine(MessagingAPI, InspectionAPI):
         start_delay: Duration | None = None,
         start_at: datetime | float | None = None,
         tags: Sequence[str] = (),
+        headers: Mapping[str, str] | None = None,
     ) -> WorkflowHandle[R]: ...
     @overload
     async def start(
@@ -731,6 +738,7 @@ class Engine(MessagingAPI, InspectionAPI):
         start_delay: Duration | None = None,
         start_at: datetime | float | None = None,
         tags: Sequence[str] = (),
+        headers: Mapping[str, str] | None = None,
     ) -> WorkflowHandle[Any]: ...
     async def start(
         self,
@@ -743,6 +751,7 @@ class Engine(MessagingAPI, InspectionAPI):
         start_delay: Duration | None = None,
         start_at: datetime | float | None = None,
         tags: Sequence[str] = (),
+        headers: Mapping[str, str] | None = None,
     ) -> WorkflowHandle[Any]:
         """Create a run and start driving it. Returns once the run is durably stored.
 
@@ -754,24 +763,33 @@ class Engine(MessagingAPI, InspectionAPI):
         :class:`IdempotencyKeySpentError`). ``execution_timeout`` ends an
         overrunning run as ``timed_out``. ``start_delay`` / ``start_at`` create
         a ``pending`` run that starts later (and survives restarts). ``tags``
-        label the run for ``list(tags=...)``.
+        label the run for ``list(tags=...)``. ``headers`` (a small ``str`` map, never
+        secrets) travel with the run to its activities and children.
         """
-        self._core.services_or_raise()
-        assert self._signals is not None
+        services = self._core.services_or_raise()
+        signals = self._signals
+        assert signals is not None
         refuse_activity_as_workflow(wf, "engine.start")
-        workflow_id, _ = await creation.create(
-            self._core,
-            self._signals,
-            wf,
-            args,
-            id=id,
-            idempotency_key=idempotency_key,
-            on_conflict=on_conflict,
-            execution_timeout=execution_timeout,
-            start_delay=start_delay,
-            start_at=start_at,
-            tags=tags,
-        )
+
+        async def create(heads: dict[str, str]) -> str:
+            made, _ = await creation.create(
+                self._core,
+                signals,
+                wf,
+                args,
+                id=id,
+                idempotency_key=idempotency_key,
+                on_conflict=on_conflict,
+                execution_timeout=execution_timeout,
+                start_delay=start_delay,
+                start_at=start_at,
+                tags=tags,
+                headers=heads,
+            )
+            return made
+
+        kind = wf if isinstance(wf, str) else getattr(wf, "__name__", str(wf))
+        workflow_id = await chain.start(services.interceptors, kind, args, id, headers, create)
         return WorkflowHandle(self, workflow_id)
 
     @overload

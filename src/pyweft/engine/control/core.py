@@ -514,6 +514,7 @@ class EngineCore:
             parent_id=parent.id,
             parent_close_policy=policy,
             depth=parent.state.depth + 1,
+            headers=parent.state.headers,  # context propagates to children
         )
         raw = records.encode(state)
         ops, conds = create_ops(state, raw)
