@@ -74,6 +74,7 @@ from pyweft.errors import (
 )
 from pyweft.observability import chain
 from pyweft.observability.chain import InterceptorChain
+from pyweft.observability.exposition import commit_observer, prometheus_text
 from pyweft.observability.interceptors import Interceptor, check_interceptors
 from pyweft.storage.base import Expect, Put, Storage
 from pyweft.storage.file_lock import StoreFileLock
@@ -454,6 +455,7 @@ class Engine(MessagingAPI, InspectionAPI):
             on_nondeterminism=core.on_nondeterminism,
             interceptors=self._interceptors,
         )
+        core.committer.on_commit = commit_observer(self._interceptors)
         # Park markers need one engine driving every run: not under workflow-lease.
         core.residency.markers = core.claims is None
         self._signals = SignalSender(core.services, core.runs, core.residency)
@@ -652,6 +654,11 @@ class Engine(MessagingAPI, InspectionAPI):
             redriven=core.redriver.redriven,
             stranded=core.redriver.stranded_count,
         )
+
+    def metrics_text(self) -> str:
+        """Prometheus text: this engine's counters and lease, and what its interceptors
+        measure (``MetricsInterceptor``; see docs/guides/observability.md)."""
+        return prometheus_text(self.stats(), self.lease_health(), self._interceptors)
 
     def lease_health(self) -> LeaseHealth:
         """The store lease as this engine sees it (``no-lease`` unless ``ownership="lease"``)."""

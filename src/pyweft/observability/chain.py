@@ -102,6 +102,30 @@ async def start(
     return await chain.start(workflow_type, args, workflow_id, given, create)
 
 
+async def child_headers(
+    parent: Run, workflow_type: str, args: tuple[Any, ...], child_id: str
+) -> dict[str, str]:
+    """A child's headers: its parent's, as the ``start`` interceptors leave them (they run
+    in the parent's task, inside its ``child`` operation, so a tracer sees that span)."""
+    heads = dict(parent.state.headers)
+    icpt: InterceptorChain | None = parent.services.interceptors
+    if icpt is None or not icpt._start:
+        return heads
+    first = StartInput(
+        workflow_type=workflow_type,
+        args=args,
+        workflow_id=child_id,
+        headers=heads,
+        parent_id=parent.id,
+    )
+
+    async def inner(i: StartInput) -> str:
+        return child_id
+
+    await compose_async(icpt._start, "start", inner)(first)
+    return hdrs.check_headers(heads, "headers (set by an interceptor)")
+
+
 # --- workflow side ----------------------------------------------------------------------
 
 

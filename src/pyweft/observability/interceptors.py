@@ -21,12 +21,15 @@ from pyweft.observability.headers import Headers
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class StartInput:
-    """``engine.start``: ``headers`` may be changed in place (it is the run's headers)."""
+    """``engine.start``, or ``ctx.start_child`` (``parent_id`` set; the child's id is
+    known and ``next`` returns it). ``headers`` may be changed in place: they are the
+    new run's headers (a child's start as a copy of its parent's)."""
 
     workflow_type: str
     args: tuple[Any, ...]
     workflow_id: str | None
     headers: dict[str, str]
+    parent_id: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

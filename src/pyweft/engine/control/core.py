@@ -37,6 +37,7 @@ from pyweft.errors import (
     VersionMismatchError,
     WorkflowNotRegisteredError,
 )
+from pyweft.observability import chain
 from pyweft.storage.base import Expect, Op, Put, Storage
 
 log = logging.getLogger("pyweft.engine")
@@ -514,7 +515,7 @@ class EngineCore:
             parent_id=parent.id,
             parent_close_policy=policy,
             depth=parent.state.depth + 1,
-            headers=parent.state.headers,  # context propagates to children
+            headers=await chain.child_headers(parent, definition.name, args, child_id),
         )
         raw = records.encode(state)
         ops, conds = create_ops(state, raw)
