@@ -7,6 +7,7 @@ with ``asyncio.gather``) get deterministic numbers in call order.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 import uuid
@@ -38,6 +39,8 @@ from pyweft.errors import (
     DefinitionError,
     InvalidArgumentError,
 )
+from pyweft.observability import chain
+from pyweft.observability.headers import Headers, frozen
 
 if TYPE_CHECKING:
     from pyweft.engine.messages.streams import StreamWriter
@@ -101,6 +104,11 @@ class WorkflowContext:
             schedule_id=state.schedule_id,
             nominal_time=None if state.nominal_time is None else to_datetime(state.nominal_time),
         )
+
+    @property
+    def headers(self) -> Headers:
+        """The run's headers (given at start, inherited by children): read-only."""
+        return frozen(self._run.state.headers)
 
     @property
     def is_replaying(self) -> bool:
@@ -190,7 +198,7 @@ class WorkflowContext:
             if schedule_to_close is None
             else parse_activity_timeout(schedule_to_close, field="schedule_to_close")
         )
-        return activities.run_activity(
+        step = activities.run_activity(
             self._run,
             self._run.alloc_step(),
             act,
@@ -201,6 +209,7 @@ class WorkflowContext:
             idempotency_key,
             queue,
         )
+        return chain.operation(self._run, "activity", act.name, step)
 
     def _resolve(self, activity: Callable[..., Any] | str) -> ActivityDefinition:
         if isinstance(activity, str):
@@ -223,12 +232,22 @@ class WorkflowContext:
     def sleep(self, duration: Duration) -> Awaitable[None]:
         """Sleep durably: survives restarts and keeps its original deadline."""
         seconds = parse_duration(duration, field="sleep duration")
-        return timers.sleep_until(self._run, self._run.alloc_step(), None, seconds)
+        return chain.operation(
+            self._run,
+            "sleep",
+            "",
+            timers.sleep_until(self._run, self._run.alloc_step(), None, seconds),
+        )
 
     def sleep_until(self, when: datetime | float) -> Awaitable[None]:
         """Sleep durably until an absolute time (aware ``datetime`` or epoch seconds)."""
         deadline = parse_timestamp(when, field="sleep_until")
-        return timers.sleep_until(self._run, self._run.alloc_step(), deadline, 0.0)
+        return chain.operation(
+            self._run,
+            "sleep",
+            "",
+            timers.sleep_until(self._run, self._run.alloc_step(), deadline, 0.0),
+        )
 
     # --- messages ---------------------------------------------------------------------
 
@@ -240,7 +259,8 @@ class WorkflowContext:
         """
         signals.check_name(name, "signal")
         seconds = parse_optional_duration(timeout, field="timeout")
-        return signals.wait_for_signal(self._run, self._run.alloc_step(), name, seconds)
+        wait = signals.wait_for_signal(self._run, self._run.alloc_step(), name, seconds)
+        return chain.operation(self._run, "signal", name, wait)
 
     def on_query(self, name: str, fn: Callable[..., Any] | None = None) -> Callable[..., Any]:
         """Answer ``engine.query(id, name, *args)`` with ``fn(*args)`` from live state.
@@ -253,7 +273,7 @@ class WorkflowContext:
         def register(f: Callable[..., Any]) -> Callable[..., Any]:
             if not callable(f) or inspect.iscoroutinefunction(f):
                 raise DefinitionError(f"query handler {name!r} must be a plain function")
-            self._run.query_handlers[name] = f
+            self._run.query_handlers[name] = chain.wrap_query(self._run, name, f)
             return f
 
         return register(fn) if fn is not None else register
@@ -313,7 +333,9 @@ class WorkflowContext:
         signals.check_name(name, "update")
 
         def register(f: Callable[..., Any]) -> Callable[..., Any]:
-            self._run.update_handlers[name] = updates.make_handler(name, f, validator)
+            handler = updates.make_handler(name, f, validator)
+            wrapped = chain.wrap_update(self._run, name, handler.fn)
+            self._run.update_handlers[name] = dataclasses.replace(handler, fn=wrapped)
             self._run.updates_dirty = True
             return f
 
@@ -325,7 +347,8 @@ class WorkflowContext:
         """Wait for the next ``name`` update; answer it with ``request.respond(value)``."""
         signals.check_name(name, "update")
         seconds = parse_optional_duration(timeout, field="timeout")
-        return updates.wait_for_update(self._run, self._run.alloc_step(), name, seconds)
+        wait = updates.wait_for_update(self._run, self._run.alloc_step(), name, seconds)
+        return chain.operation(self._run, "update", name, wait)
 
     def wait_until(
         self, predicate: Callable[[], object], *, timeout: Duration | None = None
@@ -359,9 +382,10 @@ class WorkflowContext:
         people = list(reviews.check_people(reviewers, "reviewers"))
         seconds = parse_optional_duration(timeout, field="timeout")
         steps = tuple(Escalation.parse(e) for e in escalation)
-        return reviews.review_step(
+        review = reviews.review_step(
             self._run, self._run.alloc_step(), artifact, review_type, people, seconds, steps
         )
+        return chain.operation(self._run, "review", review_type, review)
 
     # --- composition --------------------------------------------------------------------
 
@@ -392,13 +416,14 @@ class WorkflowContext:
         """
         operations.check_branches("ctx.race", branches)
         coro = fanout.race_value(self._run, self._run.alloc_step(), branches)
-        return operations.Composite(coro, branches)
+        return chain.operation(self._run, "race", "", operations.Composite(coro, branches))
 
     def race_keyed(self, branches: dict[str, Awaitable[Any]]) -> Awaitable[tuple[str, Any]]:
         """Like :meth:`race` over a mapping; returns ``(winning key, value)``."""
         operations.check_branches("ctx.race_keyed", list(branches.values()))
         coro = fanout.race_keyed(self._run, self._run.alloc_step(), branches)
-        return operations.Composite(coro, list(branches.values()))
+        race = operations.Composite(coro, list(branches.values()))
+        return chain.operation(self._run, "race", "", race)
 
     @overload
     def start_child(
@@ -464,9 +489,11 @@ class WorkflowContext:
         if id is not None:
             keys.check_text(id, "child id", keys.MAX_ID_BYTES)
         refuse_activity_as_workflow(workflow, "ctx.start_child")
-        return children.child_step(
+        child = children.child_step(
             self._run, self._run.alloc_step(), workflow, args, id, parent_close_policy, timeout_s
         )
+        name = workflow if isinstance(workflow, str) else getattr(workflow, "__name__", "")
+        return chain.operation(self._run, "child", name, child)
 
     def saga(self) -> Saga:
         """A compensation scope: ``async with ctx.saga() as saga: ...``."""
@@ -499,7 +526,9 @@ class WorkflowContext:
     def memo(self, key: str, fn: Callable[[], Any]) -> Awaitable[Any]:
         """Compute ``fn()`` (sync or async) once, as a step; replay returns the recorded value."""
         signals.check_name(key, "memo key")
-        return recorded.memo(self._run, self._run.alloc_step(), key, fn)
+        return chain.operation(
+            self._run, "memo", key, recorded.memo(self._run, self._run.alloc_step(), key, fn)
+        )
 
     def now(self) -> datetime:
         """The current time as the workflow sees it: the moment its latest step was recorded

@@ -76,6 +76,10 @@ from pyweft.errors import (
     SchemaVersionError,
     StorageCapabilityError,
 )
+from pyweft.observability import chain
+from pyweft.observability.chain import InterceptorChain
+from pyweft.observability.exposition import commit_observer, prometheus_text
+from pyweft.observability.interceptors import Interceptor, check_interceptors
 from pyweft.storage.base import Expect, Put, Storage
 from pyweft.storage.file_lock import StoreFileLock
 from pyweft.storage.sqlite import SQLiteStorage
@@ -172,6 +176,7 @@ class Engine(MessagingAPI, InspectionAPI, WorkersAPI, QueuesAPI):
         stall_threshold: Duration | None = 1.0,
         serve_queues: Iterable[str] | None = None,
         queues: Iterable[Queue] = (),
+        interceptors: Iterable[Interceptor] = (),
     ) -> None:
         options.check(
             workflows=workflows,
@@ -192,6 +197,7 @@ class Engine(MessagingAPI, InspectionAPI, WorkersAPI, QueuesAPI):
         self._max_history_steps = max_history_steps
         self._serve_queues = options.serve_queues(serve_queues)
         self._tasks: TaskDispatcher | None = None
+        self._interceptors = InterceptorChain.build(check_interceptors(interceptors))
         kept = options.retention_rules(retention)
         sweep_every = parse_duration(retention_sweep_interval, field="retention_sweep_interval")
         store, self._owns_storage = options.open_store(storage, sqlite_synchronous)
@@ -461,6 +467,7 @@ class Engine(MessagingAPI, InspectionAPI, WorkersAPI, QueuesAPI):
             claims=core.claims,
             on_idle=core.residency.idle,
             on_nondeterminism=core.on_nondeterminism,
+            interceptors=self._interceptors,
         )
         if self._serve_queues is not None:  # some activities run on worker processes
             self._tasks = TaskDispatcher(
@@ -471,6 +478,7 @@ class Engine(MessagingAPI, InspectionAPI, WorkersAPI, QueuesAPI):
             )
             core.services.tasks = self._tasks
             await self._tasks.start()
+        core.committer.on_commit = commit_observer(self._interceptors)
         # Park markers need one engine driving every run: not under workflow-lease.
         core.residency.markers = core.claims is None
         self._signals = SignalSender(core.services, core.runs, core.residency)
@@ -674,6 +682,11 @@ class Engine(MessagingAPI, InspectionAPI, WorkersAPI, QueuesAPI):
             stranded=core.redriver.stranded_count,
         )
 
+    def metrics_text(self) -> str:
+        """Prometheus text: this engine's counters and lease, and what its interceptors
+        measure (``MetricsInterceptor``; see docs/guides/observability.md)."""
+        return prometheus_text(self.stats(), self.lease_health(), self._interceptors)
+
     def lease_health(self) -> LeaseHealth:
         """The store lease as this engine sees it (``no-lease`` unless ``ownership="lease"``)."""
         return self._lease.health() if self._lease is not None else LeaseHealth(state="no-lease")
@@ -746,6 +759,7 @@ class Engine(MessagingAPI, InspectionAPI, WorkersAPI, QueuesAPI):
         start_at: datetime | float | None = None,
         tags: Sequence[str] = (),
         attributes: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> WorkflowHandle[R]: ...
     @overload
     async def start(
@@ -760,6 +774,7 @@ class Engine(MessagingAPI, InspectionAPI, WorkersAPI, QueuesAPI):
         start_at: datetime | float | None = None,
         tags: Sequence[str] = (),
         attributes: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> WorkflowHandle[Any]: ...
     async def start(
         self,
@@ -773,6 +788,7 @@ class Engine(MessagingAPI, InspectionAPI, WorkersAPI, QueuesAPI):
         start_at: datetime | float | None = None,
         tags: Sequence[str] = (),
         attributes: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> WorkflowHandle[Any]:
         """Create a run and start driving it. Returns once the run is durably stored.
 
@@ -786,24 +802,34 @@ class Engine(MessagingAPI, InspectionAPI, WorkersAPI, QueuesAPI):
         a ``pending`` run that starts later (and survives restarts). ``tags``
         label the run for ``list(tags=...)``; ``attributes`` are its first search
         attributes (as ``ctx.set_attributes``), indexed in the same write.
+        ``headers`` (a small ``str`` map, never secrets) travel with the run to its
+        activities and children.
         """
-        self._core.services_or_raise()
-        assert self._signals is not None
+        services = self._core.services_or_raise()
+        signals = self._signals
+        assert signals is not None
         refuse_activity_as_workflow(wf, "engine.start")
-        workflow_id, _ = await creation.create(
-            self._core,
-            self._signals,
-            wf,
-            args,
-            id=id,
-            idempotency_key=idempotency_key,
-            on_conflict=on_conflict,
-            execution_timeout=execution_timeout,
-            start_delay=start_delay,
-            start_at=start_at,
-            tags=tags,
-            attributes=attributes,
-        )
+
+        async def create(heads: dict[str, str]) -> str:
+            made, _ = await creation.create(
+                self._core,
+                signals,
+                wf,
+                args,
+                id=id,
+                idempotency_key=idempotency_key,
+                on_conflict=on_conflict,
+                execution_timeout=execution_timeout,
+                start_delay=start_delay,
+                start_at=start_at,
+                tags=tags,
+                attributes=attributes,
+                headers=heads,
+            )
+            return made
+
+        kind = wf if isinstance(wf, str) else getattr(wf, "__name__", str(wf))
+        workflow_id = await chain.start(services.interceptors, kind, args, id, headers, create)
         return WorkflowHandle(self, workflow_id)
 
     @overload

@@ -1,9 +1,10 @@
 """Prometheus metrics for one app: requests by route and status, their latency, and the
-engine's own counters. Served at ``/api/v1/metrics`` in the text exposition format."""
+engine's own gauges and metrics (``engine.metrics_text()``). Served at
+``/api/v1/metrics`` in the text exposition format."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from pyweft import Engine
 
@@ -31,19 +32,6 @@ class ServerMetrics:
             ["status"],
             registry=self.registry,
         )
-        self._runs = Gauge(
-            "pyweft_engine_runs_driven", "Runs this engine drives now.", registry=self.registry
-        )
-        self._storage_failures = Gauge(
-            "pyweft_engine_storage_failures",
-            "Storage failures that stopped a run here (re-driven later).",
-            registry=self.registry,
-        )
-        self._redriven = Gauge(
-            "pyweft_engine_runs_redriven",
-            "Runs re-driven after a storage failure.",
-            registry=self.registry,
-        )
 
     def observe(self, route: str, method: str, status: int, seconds: float) -> None:
         self.requests.labels(route, method, str(status)).inc()
@@ -52,8 +40,5 @@ class ServerMetrics:
             self.auth_failures.labels(str(status)).inc()
 
     def render(self) -> bytes:
-        stats = self._engine.stats()
-        self._runs.set(stats.runs_driven)
-        self._storage_failures.set(stats.storage_failures)
-        self._redriven.set(stats.redriven)
-        return generate_latest(self.registry)
+        # The engine's own gauges and its interceptors' metrics (MetricsInterceptor).
+        return generate_latest(self.registry) + self._engine.metrics_text().encode()

@@ -37,6 +37,7 @@ from pyweft.errors import (
     VersionMismatchError,
     WorkflowNotRegisteredError,
 )
+from pyweft.observability import chain
 from pyweft.storage.base import Expect, Op, Put, Storage
 
 log = logging.getLogger("pyweft.engine")
@@ -534,6 +535,7 @@ class EngineCore:
             parent_close_policy=policy,
             depth=parent.state.depth + 1,
             deadline=deadline,
+            headers=await chain.child_headers(parent, definition.name, args, child_id),
         )
         raw = records.encode(state)
         ops, conds = create_ops(state, raw)

@@ -68,6 +68,7 @@ async def create(
     encoded_args: bytes | None = None,
     schedule: tuple[str, float] | None = None,
     extra: tuple[list[Op], list[Expect]] | None = None,
+    headers: dict[str, str] | None = None,
 ) -> tuple[str, bool]:
     """Build and commit a run's create batch. Returns ``(workflow id, created)``.
 
@@ -128,6 +129,7 @@ async def create(
         tags=tag_list,
         schedule_id=None if schedule is None else schedule[0],
         nominal_time=None if schedule is None else schedule[1],
+        headers=headers or {},
     )
     raw = records.encode(state)
     ops, conditions = create_ops(state, raw)

@@ -11,6 +11,7 @@ an ordinary lost race.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
@@ -43,11 +44,12 @@ class Committer:
     at once instead of at its next poll.
     """
 
-    __slots__ = ("_notify", "_storage", "fence")
+    __slots__ = ("_notify", "_storage", "fence", "on_commit")
 
     def __init__(self, storage: Storage, fence: Fence | None = None) -> None:
         self._storage = storage
         self.fence = fence
+        self.on_commit: Callable[[float], None] | None = None  # seconds per batch (metrics)
         self._notify: Callable[[str], Awaitable[None]] | None = getattr(storage, "notify", None)
 
     async def commit(
@@ -72,6 +74,8 @@ class Committer:
             if before_write is not None:
                 await before_write(workflow_id)
             conditions = [*conditions, *fence.conditions(workflow_id)]
+        observe = self.on_commit
+        began = time.perf_counter() if observe is not None else 0.0
         if not conditions:
             await self._storage.batch(ops)
             ok = True
@@ -79,6 +83,8 @@ class Committer:
             ok = await self._storage.conditional_batch(conditions, ops)
             if not ok and fence is not None:
                 await fence.disambiguate(workflow_id)
+        if observe is not None:
+            observe(time.perf_counter() - began)
         if ok and _leaves_wake_marker(ops):
             await self.announce()
         return ok

@@ -56,6 +56,7 @@ class ErrorInfo(msgspec.Struct, array_like=True, frozen=True):
     code: str | None = None
     traceback: str | None = None  # an activity's failure: the traceback text, as raised
     module: str | None = None  # the exception class as `module.QualName` (to rebuild it)
+    category: str | None = None  # why a run failed (FAILURE_CATEGORIES); None: derive by type
 
 
 class WorkflowState(msgspec.Struct, array_like=True):
@@ -88,6 +89,7 @@ class WorkflowState(msgspec.Struct, array_like=True):
     queue: str | None = None
     queue_wait_key: str | None = None
     queue_slot_key: str | None = None
+    headers: dict[str, str] = {}  # context given at start (never secrets), passed to children
 
 
 class StepRecord(msgspec.Struct, array_like=True):
@@ -195,7 +197,87 @@ def error_info(exc: BaseException) -> ErrorInfo:
         type=type(exc).__name__,
         message=str(exc),
         code=code if isinstance(code, str) else None,
+        category=category_of(exc),
     )
+
+
+# --- failure categories: why a run failed -------------------------------------------------
+
+FAILURE_CATEGORIES: tuple[str, ...] = (
+    "application",  # the workflow's or an activity's own code raised
+    "timeout",  # an execution timeout, or an activity/wait/review timeout it did not catch
+    "cancellation",  # cancelled, or a cancellation raised where it was not expected
+    "resource",  # a limit: payload size, history length, nesting, memory
+    "system",  # the engine or its store, a missing registration, a corrupt record
+    "non_determinism",  # the code no longer replays the run's history
+)
+_CATEGORY_BY_TYPE: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "ActivityTimeoutError",
+            "WorkflowTimeoutError",
+            "WaitTimeoutError",
+            "ReviewTimeoutError",
+            "UpdateTimeoutError",
+            "TimeoutError",
+        ),
+        "timeout",
+    ),
+    **dict.fromkeys(
+        ("CancelledError", "ActivityCancelledError", "WorkflowCancelledError"), "cancellation"
+    ),
+    **dict.fromkeys(("NonDeterminismError", "VersionMismatchError"), "non_determinism"),
+    **dict.fromkeys(
+        ("PayloadError", "HistoryLimitError", "MemoryError", "NestingLimitError", "RecursionError"),
+        "resource",
+    ),
+    **dict.fromkeys(
+        (
+            "StorageError",
+            "StorageClosedError",
+            "StorageCapabilityError",
+            "SchemaVersionError",
+            "CorruptRecordError",
+            "WorkflowNotRegisteredError",
+            "ActivityNotRegisteredError",
+            "LeaseNotHeldError",
+            "EngineDeposedError",
+            "ActivityReconciliationError",
+        ),
+        "system",
+    ),
+}
+_STATUS_CATEGORY = {"timed_out": "timeout", "cancelled": "cancellation"}
+
+
+def category_of(exc: BaseException) -> str:
+    """The category of an exception: its own type's, else that of the first cause in its
+    chain (``ActivityError`` and ``ChildWorkflowError`` keep theirs in ``cause``) that
+    has one, else ``application``."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        found = _CATEGORY_BY_TYPE.get(type(current).__name__)
+        if found is not None:
+            return found
+        cause = getattr(current, "cause", None)
+        current = cause if isinstance(cause, BaseException) else current.__cause__
+    return "application"
+
+
+def failure_category(status: str, error: ErrorInfo | None) -> str | None:
+    """Why a run ended as it did: ``None`` unless it failed, timed out, was cancelled or
+    is blocked. Records written before categories were stored are classified by type."""
+    if status in _STATUS_CATEGORY:
+        return _STATUS_CATEGORY[status]
+    if status not in ("failed", "blocked"):
+        return None
+    if error is None:
+        return "non_determinism" if status == "blocked" else "application"
+    if error.category in FAILURE_CATEGORIES:
+        return error.category
+    return _CATEGORY_BY_TYPE.get(error.type, "application")
 
 
 class SignalRecord(msgspec.Struct, array_like=True):

@@ -48,6 +48,7 @@ from pyweft.errors import (
     RunTornDown,
     StorageError,
 )
+from pyweft.observability import chain
 from pyweft.storage.base import Delete, Expect, Op, Put, Storage
 
 if TYPE_CHECKING:
@@ -129,6 +130,7 @@ class RunServices:
     # Hands attempts on queues this engine does not serve to workers (engine/tasks);
     # None: every activity runs here.
     tasks: Any = None
+    interceptors: Any = None  # pyweft.observability.chain.InterceptorChain, None if none
 
 
 Deferred = list[tuple[StepRecord, list[Op], list[Expect]]]
@@ -387,6 +389,7 @@ class Run:
                 return None
             if claims is not None:
                 claims.forget(self.id)
+        chain.completed(self, "blocked")
         return new
 
     async def enter_live(self) -> None:
@@ -919,7 +922,7 @@ class Run:
                 self._next_step = max(self.journal)
                 self.alloc_step()  # raises HistoryLimitError: fails it without replaying
             args = decode_args(self.services.codec, self.state.args, self.definition.param_types)
-            value = await self.definition.fn(make_context(self), *args)
+            value = await chain.workflow_fn(self)(make_context(self), *args)
             if self.torn_down is not None:
                 return  # the workflow swallowed its teardown: record nothing, resume later
             if self.terminating is not None:
@@ -986,6 +989,7 @@ class Run:
             if await self._commit_end(status, result, error, plan):
                 break
         self.emit(status)  # type: ignore[arg-type]
+        chain.completed(self, status)
         if plan is not None and plan.asked and host is not None:
             await host.close_children(self.id, plan.asked)
 

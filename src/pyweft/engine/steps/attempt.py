@@ -31,6 +31,7 @@ from pyweft.engine.replay.run import Run
 from pyweft.engine.steps.activity_context import ActivityContext
 from pyweft.engine.steps.heartbeats import Heartbeats
 from pyweft.errors import ActivityTimeoutError
+from pyweft.observability import chain
 
 log = logging.getLogger("pyweft.activities")
 
@@ -45,6 +46,22 @@ async def run_attempt(
     timeout_kind: str,
 ) -> Any:
     """Run one attempt of ``act`` and return its value (or raise what it raised)."""
+    if run.services.interceptors is not None or run.state.headers:  # interceptors, headers
+        return await chain.attempt(
+            run, actx, args, lambda a: _attempt(run, act, a, actx, beats, timeout_s, timeout_kind)
+        )
+    return await _attempt(run, act, args, actx, beats, timeout_s, timeout_kind)
+
+
+async def _attempt(
+    run: Run,
+    act: ActivityDefinition,
+    args: tuple[Any, ...],
+    actx: ActivityContext,
+    beats: Heartbeats,
+    timeout_s: float | None,
+    timeout_kind: str,
+) -> Any:
     heartbeat_s = act.heartbeat_timeout_s
     if act.is_async and timeout_s is None and heartbeat_s is None:
         try:  # the common case, without a task of its own
