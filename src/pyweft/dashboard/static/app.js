@@ -21,6 +21,7 @@ const PAGES = [
 ];
 
 let cleanup = null; // the current page's teardown (closes its live feeds)
+let generation = 0; // a page still loading when the user moves on must not draw over the next
 
 export function route() {
   const hash = location.hash.replace(/^#\/?/, "");
@@ -92,8 +93,16 @@ async function render() {
     return;
   }
   renderNav(page);
-  clear(main, h("p", { class: "muted" }, "Loading…"));
-  const ctx = { main, parts, params, onLeave: (fn) => (cleanup = fn), refresh: render };
+  // Each render draws into its own container: one left behind is detached, so a slow
+  // page finishing late changes nothing on screen, and its live feeds are closed.
+  const mine = ++generation;
+  const view = h("div", { class: "view" }, h("p", { class: "muted" }, "Loading…"));
+  clear(main, view);
+  const onLeave = (fn) => {
+    if (mine === generation) cleanup = fn;
+    else fn();
+  };
+  const ctx = { main: view, parts, params, onLeave, refresh: render };
   try {
     if (page === "signin") await signinPage(ctx, afterSignIn);
     else if (page === "overview") await overviewPage(ctx);
@@ -105,11 +114,12 @@ async function render() {
     else if (page === "schedules") await schedulesPage(ctx);
     else if (page === "system") await systemPage(ctx);
     else clear(main, h("h1", {}, "Not found"), h("p", {}, "No page at " + location.hash));
-    const title = main.querySelector("h1");
+    if (mine !== generation) return;
+    const title = view.querySelector("h1");
     document.title = (title ? title.textContent + " · " : "") + "pyweft";
   } catch (error) {
-    if (error.status === 401) return;
-    clear(main, h("h1", {}, "Something went wrong"), h("p", { role: "alert" }, error.message));
+    if (error.status === 401 || mine !== generation) return;
+    clear(view, h("h1", {}, "Something went wrong"), h("p", { role: "alert" }, error.message));
   }
 }
 

@@ -136,13 +136,18 @@ export function section(title, ...children) {
 }
 
 export function table(headers, rows, { caption } = {}) {
-  return h(
+  return scroller(h(
     "table",
     {},
     caption ? h("caption", {}, caption) : null,
     h("thead", {}, h("tr", {}, headers.map((t) => h("th", { scope: "col" }, t)))),
     h("tbody", {}, rows),
-  );
+  ));
+}
+
+// Wide content scrolls inside its own box instead of widening the page on a phone.
+export function scroller(el) {
+  return h("div", { class: "scroll" }, el);
 }
 
 export function labelled(label, control, hint) {

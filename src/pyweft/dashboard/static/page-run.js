@@ -89,8 +89,9 @@ function controls(id, run, steps, refresh) {
   const fromStep = h(
     "select",
     { name: "from_step", id: "fork-step" },
-    h("option", { value: "" }, "from the start"),
-    steps.map((s) => h("option", { value: String(s.step) }, `after step #${s.step} — ${s.kind} ${s.name}`)),
+    h("option", { value: "" }, "keep every committed step"),
+    h("option", { value: "0" }, "keep no step (run again from the start)"),
+    steps.filter((s) => s.status !== "open").map((s) => h("option", { value: String(s.step) }, `keep steps up to #${s.step} (${s.kind} ${s.name}), live after it`)),
   );
   return h(
     "div",
@@ -105,7 +106,7 @@ function controls(id, run, steps, refresh) {
     h(
       "div",
       { class: "row fork" },
-      labelled("Fork", fromStep, "A new run that replays this one's journal up to the chosen step."),
+      labelled("Fork", fromStep, "A new run that reuses this run's recorded steps up to the chosen one and runs live after it."),
       action("Fork run", write, async () => {
         const body = fromStep.value ? { from_step: Number(fromStep.value) } : {};
         const made = await post(`/workflows/${enc(id)}/fork`, body);

@@ -1,6 +1,6 @@
 // Runs: filters kept in the URL, cursor paging, rows that follow the live feed.
 import { follow, get, qs, session } from "./api.js";
-import { badge, clear, fmtRelative, fmtTime, h, labelled, runLink, table } from "./dom.js";
+import { badge, clear, fmtRelative, fmtTime, h, labelled, runLink, scroller } from "./dom.js";
 
 const STATUSES = ["", "pending", "enqueued", "running", "suspended", "blocked", "completed", "failed", "cancelled", "timed_out"];
 const FILTERS = ["status", "type", "id_prefix", "tag", "created_after", "created_before"];
@@ -77,13 +77,13 @@ export async function runsPage({ main, params, onLeave }) {
     h("h1", {}, "Runs"),
     filterForm(params, types),
     h("p", { class: "muted", id: "runs-count" }, `${page.items.length} run(s) on this page`, " ", liveState),
-    h(
+    scroller(h(
       "table",
       { id: "runs-table" },
       h("caption", { class: "sr-only" }, "Runs, newest first"),
       h("thead", {}, h("tr", {}, ["Id", "Type", "Status", "Steps", "Created", "Updated", "Tags"].map((t) => h("th", { scope: "col" }, t)))),
       tbody,
-    ),
+    )),
     page.items.length ? null : h("p", { class: "muted" }, "No runs match these filters."),
     h(
       "nav",
