@@ -103,10 +103,13 @@ def workflow_schema(definition: WorkflowDefinition) -> WorkflowSchema:
         "minItems": required,
         "maxItems": len(params),
     }
+    input_defs = dict(defs)
+    defs.clear()
     output_schema = _one(definition.result_type, defs)
+    if input_defs:
+        input_schema["$defs"] = input_defs
     if defs:
-        input_schema["$defs"] = defs
-        output_schema = {**output_schema, "$defs": defs}
+        output_schema["$defs"] = dict(defs)
     doc = inspect.getdoc(definition.fn)
     return WorkflowSchema(
         workflow_type=definition.name,
