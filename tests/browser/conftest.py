@@ -45,7 +45,9 @@ def _missing() -> str | None:
     except ImportError:
         return "selenium is not installed (pip install selenium)"
     if CHROMIUM is None or CHROMEDRIVER is None:
-        return "chromium and chromedriver are not installed (apt-get install chromium chromium-driver)"
+        return (
+            "chromium and chromedriver are not installed (apt-get install chromium chromium-driver)"
+        )
     return None
 
 
@@ -127,8 +129,13 @@ def driver() -> Iterator[Any]:
 
     options = Options()
     options.binary_location = str(CHROMIUM)
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-                "--window-size=1280,800", "--disable-gpu"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,800",
+        "--disable-gpu",
+    ):
         options.add_argument(arg)  # fmt: skip
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     drv = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)

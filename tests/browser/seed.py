@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from pyweft import Engine
-
 from tests.browser.shop import Order, checkout, many_steps, nightly
+
+from pyweft import Engine
 
 
 async def seed(url: str, *, steps: int = 40) -> None:

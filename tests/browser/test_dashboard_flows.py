@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from tests.browser.conftest import Page
 
 pytestmark = pytest.mark.slow
@@ -77,7 +76,10 @@ def test_the_runs_list_filters_by_status_and_keeps_the_filter_in_the_url(page: P
     listed = {r.get_attribute("data-id") for r in page.all("#runs-table tbody tr")}
     assert {"long-run", "bad-run"} <= listed and "order-0" not in listed
     page.d.refresh()  # the URL alone brings the same view back
-    page.until(lambda: page.css("select[name=status]").get_attribute("value") == "completed", "the kept filter")
+    page.until(
+        lambda: page.css("select[name=status]").get_attribute("value") == "completed",
+        "the kept filter",
+    )
     page.shot("runs-filtered")
     assert page.console_errors() == []
 

@@ -1,4 +1,4 @@
-"""Every page of the dashboard at 1280×800 and at phone width: it renders, logs no
+"""Every page of the dashboard at 1280x800 and at phone width: it renders, logs no
 console error, passes the in-page accessibility check (a11y.js), and is screenshotted.
 The main navigation works from the keyboard alone."""
 
@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from tests.browser.conftest import Page
 
 pytestmark = pytest.mark.slow

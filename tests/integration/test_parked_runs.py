@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from pyweft import Engine, MemoryStorage, Storage, WorkflowContext, workflow
-from pyweft.errors import ConfigurationError, WorkflowCancelledError
 from pyweft.engine.replay import keys
+from pyweft.errors import ConfigurationError, WorkflowCancelledError
 from pyweft.storage.base import Delete, Expect, Put, StorageCapabilities
 from support.backends import Backend
 from support.poll import eventually

@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 
 from pyweft import Engine, WorkflowContext, workflow
-from pyweft.engine.schemas import workflow_schema
 from pyweft.definitions import workflow_definition_of
+from pyweft.engine.schemas import workflow_schema
 
 API = "/api/v1"
 
@@ -53,8 +53,8 @@ async def test_a_backfill_runs_each_past_occurrence_in_the_window(
 ) -> None:
     # allow_all: under the default (skip) an occurrence whose predecessor still runs is
     # dropped, which is the overlap policy working, not the backfill.
-    await http.post(f"{API}/schedules", json={"id": "h", "type": "add_three", "args": [0],
-                                              "cron": "0 * * * *", "overlap": "allow_all"})  # fmt: skip
+    body = {"id": "h", "type": "add_three", "args": [0], "cron": "0 * * * *"}
+    await http.post(f"{API}/schedules", json={**body, "overlap": "allow_all"})
     hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
     start, end = hour - timedelta(hours=3, minutes=30), hour - timedelta(hours=1, minutes=30)
     window = {"start": start.isoformat(), "end": end.isoformat()}  # holds H-3h and H-2h

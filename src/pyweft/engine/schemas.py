@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -62,7 +62,7 @@ def _pydantic_schema(tp: object) -> tuple[dict[str, Any], dict[str, Any]] | None
     except ImportError:
         return None
     try:
-        full = TypeAdapter(tp).json_schema(ref_template=_REF_TEMPLATE)
+        full = TypeAdapter(cast(Any, tp)).json_schema(ref_template=_REF_TEMPLATE)
     except Exception:
         return None
     defs = full.pop("$defs", {})

@@ -71,7 +71,9 @@ async def create_schedule(call: Call) -> Response:
     sid = field_of(body, "id", str, None)
     wf_type = field_of(body, "type", str, None)
     if sid is None or wf_type is None:
-        raise InvalidArgumentError("'id' (the schedule's id) and 'type' (the workflow) are required")
+        raise InvalidArgumentError(
+            "'id' (the schedule's id) and 'type' (the workflow) are required"
+        )
     info = await call.engine.schedules.create(
         sid,
         wf_type,

@@ -64,9 +64,7 @@ async def serve(
 
     check_exposure(host, auth, allow_unauthenticated)
     async with engine:
-        app = create_app(
-            engine, auth=auth, cors=cors, rate_limit=rate_limit, dashboard=dashboard
-        )
+        app = create_app(engine, auth=auth, cors=cors, rate_limit=rate_limit, dashboard=dashboard)
         config = uvicorn.Config(
             app,
             host=host,
