@@ -1,5 +1,5 @@
 // A small in-page check of the accessibility rules axe-core rates serious or critical
-// that apply to this app (axe-core itself is not vendored: see tests/browser/README).
+// that apply to this app (axe-core is not vendored: docs/decisions/0030-dashboard.md).
 // Returns a list of "rule: element" strings; empty means no violation found.
 return (function () {
   const out = [];

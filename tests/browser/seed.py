@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from tests.browser.shop import Order, checkout, many_steps, nightly
-
 from pyweft import Engine
+
+from .shop import Order, checkout, many_steps, nightly
 
 
 async def seed(url: str, *, steps: int = 40) -> None:

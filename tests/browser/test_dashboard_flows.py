@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from tests.browser.conftest import Page
+
+from .kit import Page
 
 pytestmark = pytest.mark.slow
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.browser.conftest import Page
+
+from .kit import Page
 
 pytestmark = pytest.mark.slow
 
@@ -78,3 +79,27 @@ def test_the_navigation_works_from_the_keyboard(page: Page) -> None:
     ActionChains(page.d).send_keys(Keys.ENTER).perform()
     page.until(lambda: page.d.current_url.endswith("#/runs"), "the runs page")
     page.wait_text("run(s) on this page")
+
+
+def test_the_accessibility_check_reports_what_it_looks_for(page: Page) -> None:
+    """The check itself can fail: planted violations are each reported."""
+    page.sign_in(page.served.admin_key)
+    page.open("system")
+    page.wait_text("Registry")
+    page.d.execute_script(
+        """
+        const main = document.querySelector('main');
+        main.append(document.createElement('input'));
+        const dim = document.createElement('p');
+        dim.textContent = 'hard to read';
+        dim.style.color = '#222';
+        main.append(dim);
+        main.append(document.createElement('button'));
+        const twin = document.createElement('span');
+        twin.id = 'version';
+        main.append(twin);
+        """
+    )
+    found = " ".join(page.d.execute_script(A11Y))
+    for rule in ("label:", "color-contrast", "button-name:", "duplicate-id-active: #version"):
+        assert rule in found, (rule, found)
