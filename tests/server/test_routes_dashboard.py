@@ -177,3 +177,28 @@ async def test_the_dashboard_is_served_only_when_asked_for(
     assert again.status_code in (200, 304)
     assert (await client.get("/ui/nope.js")).status_code == 404
     assert (await client.get("/ui/..%2F__init__.py")).status_code == 404
+
+
+async def test_the_dashboard_guide_example_serves_the_page_and_its_start_form_schema(
+    tmp_path: Any,
+) -> None:
+    from support import guides
+
+    code = guides.block("dashboard", 1).replace("sqlite:///shop.db", f"sqlite:///{tmp_path}/s.db")
+    scope: dict[str, Any] = {}
+    exec(compile(code, "dashboard.md", "exec"), scope)
+    engine, app = scope["engine"], scope["app"]
+    async with engine:
+        lifespan = app.router.lifespan_context(app)
+        await lifespan.__aenter__()
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            assert (await client.get("/")).status_code == 200
+            assert (await client.get(f"{API}/registry/workflows")).status_code == 401
+        await lifespan.__aexit__(None, None, None)
+        (schema,) = engine.workflow_schemas()
+        assert [(p.name, p.required) for p in schema.parameters] == [
+            ("sku", True),
+            ("quantity", False),
+        ]
+        assert schema.description == "Charge for an order."
