@@ -1,5 +1,5 @@
-"""The routes the dashboard needs: schedules, the registry with JSON Schemas, and the
-dashboard's own static files (served only when asked for)."""
+"""The routes the dashboard needs: schedules, the registry with JSON Schemas, activities
+completed by token, and the dashboard's own static files (served only when asked for)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ from typing import Any
 
 import httpx
 
-from pyweft import Engine, WorkflowContext, workflow
+from pyweft import Engine, MemoryStorage, WorkflowContext, activity, activity_context, workflow
 from pyweft.definitions import workflow_definition_of
 from pyweft.engine.schemas import workflow_schema
+from pyweft.server import create_app
+from support.poll import eventually
 
 API = "/api/v1"
 
@@ -202,3 +204,44 @@ async def test_the_dashboard_guide_example_serves_the_page_and_its_start_form_sc
             ("quantity", False),
         ]
         assert schema.description == "Charge for an order."
+
+
+@activity
+async def signed(doc: str) -> dict[str, str]:
+    return activity_context().complete_async()  # type: ignore[no-any-return]
+
+
+@workflow
+async def signs(ctx: WorkflowContext, doc: str) -> dict[str, str]:
+    return await ctx.run(signed, doc)
+
+
+async def test_an_activity_waiting_for_its_token_is_listed_and_completed_over_http() -> None:
+    async with Engine(MemoryStorage(), workflows=[signs]) as eng:
+        app = create_app(eng)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+            handle = await eng.start(signs, "contract", id="doc-1")
+
+            seen: list[dict[str, Any]] = []
+
+            async def listed() -> bool:
+                answer = await http.get(f"{API}/activities/pending?workflow_id=doc-1")
+                seen[:] = answer.json()["items"]
+                return bool(seen)
+
+            await eventually(listed, what="the activity waiting for its token")
+            (item,) = seen
+            assert item["activity"] == "signed" and item["step"] == 1
+            missing = await http.post(f"{API}/activities/complete", json={"result": 1})
+            assert missing.status_code == 400
+            done = await http.post(
+                f"{API}/activities/complete", json={"token": item["token"], "result": {"by": "ana"}}
+            )
+            assert done.json() == {"ok": True}
+            assert await handle.result(timeout=5) == {"by": "ana"}
+            again = await http.post(f"{API}/activities/fail", json={"token": item["token"],
+                                                                    "error": "late"})  # fmt: skip
+            assert again.status_code == 404
+            assert again.json()["error"]["code"] == "ActivityTokenNotFoundError"
+            assert (await http.get(f"{API}/activities/pending?limit=0")).status_code == 400

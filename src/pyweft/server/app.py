@@ -29,6 +29,7 @@ from pyweft import (
 )
 from pyweft.server import (
     faults,
+    routes_activities,
     routes_messages,
     routes_registry,
     routes_schedules,
@@ -55,6 +56,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     *routes_streams.ENDPOINTS,
     *routes_schedules.ENDPOINTS,
     *routes_registry.ENDPOINTS,
+    *routes_activities.ENDPOINTS,
 )
 WS_SCOPES = ("events:read",)
 

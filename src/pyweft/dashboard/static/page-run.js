@@ -120,6 +120,44 @@ function controls(id, run, steps, refresh) {
   );
 }
 
+// Activities waiting for completion by token: complete with a result, or fail.
+function pendingActivities(items, refresh) {
+  if (!items.length) return null;
+  const write = ["workflows:write", "workers:write"];
+  return section(
+    "Activities waiting for completion",
+    items.map((a) => {
+      const value = jsonInput("result", "");
+      const form = h(
+        "form",
+        { class: "message", "aria-label": `Complete ${a.activity}`, dataset: { step: a.step } },
+        h("p", {}, `#${a.step} ${a.activity}, attempt ${a.attempt}, waiting since ${fmtTime(a.since)}`),
+        a.heartbeat_details !== null && a.heartbeat_details !== undefined
+          ? h("pre", { class: "mono" }, "progress: " + pretty(a.heartbeat_details))
+          : null,
+        labelled("Result, or the reason when failing (JSON for a result)", value),
+        h(
+          "div",
+          { class: "row" },
+          action("Complete", write, async () => {
+            await post("/activities/complete", { token: a.token, result: parseJson(value.value, "Result") ?? null });
+            notify(`${a.activity} completed`);
+            refresh();
+          }),
+          action("Fail", write, async () => {
+            if (!value.value.trim()) throw new Error("Say why it failed");
+            await post("/activities/fail", { token: a.token, error: value.value.trim() });
+            notify(`${a.activity} failed`);
+            refresh();
+          }, { danger: true, confirm: `Fail ${a.activity}? It is retried per its policy.` }),
+        ),
+      );
+      form.addEventListener("submit", (e) => e.preventDefault());
+      return form;
+    }),
+  );
+}
+
 function reviewsOf(reviews) {
   if (!reviews.length) return null;
   return section(
@@ -133,23 +171,29 @@ export async function runPage({ main, onLeave }, id) {
     title: h("div", {}),
     summary: h("div", {}),
     reviews: h("div", {}),
+    waiting: h("div", {}),
     timeline: h("div", {}),
     events: h("div", {}),
     lineage: h("div", {}),
     actions: h("div", {}),
   };
   let lastStatus = null;
+  let shownTokens = null;
   let stepCount = -1;
   async function load() {
-    const [run, history, children, reviews] = await Promise.all([
+    const [run, history, children, reviews, waiting] = await Promise.all([
       get(`/workflows/${enc(id)}`),
       session.can("workflows:read", "events:read") ? get(`/workflows/${enc(id)}/history`) : Promise.resolve({ steps: [], events: [] }),
       get("/workflows" + qs({ parent_id: id, limit: 100 })),
       session.can("reviews:read") ? get("/reviews" + qs({ workflow_id: id })) : Promise.resolve({ items: [] }),
+      get("/activities/pending" + qs({ workflow_id: id })).catch(() => ({ items: [] })),
     ]);
     clear(slots.title, h("h1", {}, "Run ", h("span", { class: "mono" }, id)), h("p", {}, badge(run.status), " ", h("a", { href: "#/runs" + qs({ type: run.workflow_type }) }, "other " + run.workflow_type + " runs")));
     clear(slots.summary, section("Summary", summary(run)));
     clear(slots.reviews, reviewsOf(reviews.items));
+    const tokens = waiting.items.map((a) => a.token).join(" ");
+    if (tokens !== shownTokens) clear(slots.waiting, pendingActivities(waiting.items, () => schedule()));
+    shownTokens = tokens;
     clear(slots.timeline, section(`Timeline (${history.steps.length} steps)`, timeline(run, history.steps)));
     clear(slots.events, section("Events", events(history.events)));
     clear(slots.lineage, section("Lineage", lineage(run, children.items)));
@@ -162,7 +206,7 @@ export async function runPage({ main, onLeave }, id) {
     return run;
   }
   const run = await load();
-  clear(main, slots.title, h("div", { class: "cols" }, h("div", {}, slots.summary, slots.reviews, slots.actions, slots.lineage), h("div", {}, slots.timeline, slots.events)));
+  clear(main, slots.title, h("div", { class: "cols" }, h("div", {}, slots.summary, slots.reviews, slots.waiting, slots.actions, slots.lineage), h("div", {}, slots.timeline, slots.events)));
   let timer = null;
   function schedule() {
     if (!timer) timer = setTimeout(() => { timer = null; load().catch((e) => notify(e.message, "error")); }, 100);
