@@ -56,10 +56,16 @@ def serve(
         int,
         typer.Option(help="On SIGTERM, seconds to let requests in flight finish."),
     ] = 10,
+    dashboard: Annotated[
+        bool,
+        typer.Option(
+            "--dashboard/--no-dashboard", help="Serve the web dashboard at / (on by default)."
+        ),
+    ] = True,
     ssl_certfile: Annotated[str | None, typer.Option(help="TLS certificate (PEM).")] = None,
     ssl_keyfile: Annotated[str | None, typer.Option(help="TLS private key (PEM).")] = None,
 ) -> None:
-    """Serve the REST API, event feeds and OpenAPI document for your engine."""
+    """Serve the REST API, event feeds, OpenAPI document and dashboard for your engine."""
     from pyweft.cli.remote import require_server_extra
 
     require_server_extra("pyweft serve")
@@ -85,6 +91,7 @@ def serve(
                 graceful_s=graceful_timeout,
                 cors=CorsConfig(allowed_origins=cors_origin) if cors_origin else None,
                 uvicorn_options=options,
+                dashboard=dashboard,
             )
         )
     except PyweftError as exc:

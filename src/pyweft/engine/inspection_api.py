@@ -14,6 +14,7 @@ from pyweft.engine.bulk import BulkPreview, BulkResult
 from pyweft.engine.control import maintenance
 from pyweft.engine.handle import WorkflowHandle
 from pyweft.engine.replay.info import Page, WorkflowInfo
+from pyweft.engine.schemas import WorkflowSchema, workflow_schema
 from pyweft.engine.visibility import query
 from pyweft.engine.visibility.reader import Group, History
 from pyweft.errors import InvalidArgumentError
@@ -98,6 +99,11 @@ class InspectionAPI:
         _check_filter_names(filters)
         flt = query.build_filter(**filters)
         return await self._core.visibility.aggregate(group_by, flt)
+
+    def workflow_schemas(self) -> builtins.list[WorkflowSchema]:
+        """Every registered workflow type with the JSON Schemas of its arguments and
+        result, derived from its type hints (``{}`` where a hint has no schema)."""
+        return [workflow_schema(d) for _, d in sorted(self._core.workflows.items())]
 
     async def history(self, workflow_id: str) -> History:
         """A run's steps (committed and open) and its events, in order."""

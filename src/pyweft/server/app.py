@@ -29,9 +29,12 @@ from pyweft import (
 )
 from pyweft.server import (
     faults,
+    routes_activities,
     routes_bulk,
     routes_messages,
     routes_published,
+    routes_registry,
+    routes_schedules,
     routes_streams,
     routes_system,
     routes_workflows,
@@ -55,6 +58,9 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     *routes_streams.ENDPOINTS,
     *routes_bulk.ENDPOINTS,
     *routes_published.ENDPOINTS,
+    *routes_schedules.ENDPOINTS,
+    *routes_registry.ENDPOINTS,
+    *routes_activities.ENDPOINTS,
 )
 WS_SCOPES = ("events:read",)
 
@@ -169,6 +175,7 @@ def create_app(
     replay_capacity: int = 10_000,
     max_streams_per_run: int = 100,
     clock: Callable[[], float] = monotonic,
+    dashboard: bool = False,
 ) -> Starlette:
     """The ASGI app for ``engine``: REST under ``/api/v1``, SSE and WebSocket feeds, and
     ``/openapi.json``. Mount it in your own Starlette or FastAPI app, or run it with
@@ -177,6 +184,10 @@ def create_app(
     ``auth=None`` serves everyone with every scope (fine on loopback; ``pyweft serve``
     refuses other addresses without ``--allow-unauthenticated``). ``ServerAuth()``
     requires an API key from ``pyweft keys create`` on every non-public route.
+
+    ``dashboard=True`` also serves the web dashboard at ``/`` (static files from the
+    wheel; the page itself calls the API above with the user's key, so it needs no
+    route of its own). ``pyweft serve`` turns it on unless ``--no-dashboard``.
     """
     if max_body_bytes < 1:
         raise ConfigurationError("max_body_bytes must be at least 1")
@@ -217,6 +228,10 @@ def create_app(
         return Response(state.metrics.render(), media_type="text/plain; version=0.0.4")
 
     routes.append(Route(API_PREFIX + "/metrics", metrics, methods=["GET"]))
+    if dashboard:
+        from pyweft.dashboard import dashboard_routes
+
+        routes.extend(dashboard_routes())
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -57,13 +57,14 @@ async def serve(
     rate_limit: RateLimit | None = None,
     graceful_s: int = 10,
     uvicorn_options: dict[str, Any] | None = None,
+    dashboard: bool = True,
 ) -> None:
     """Serve ``engine`` (not yet opened) until SIGINT/SIGTERM, then drain and close it."""
     import uvicorn
 
     check_exposure(host, auth, allow_unauthenticated)
     async with engine:
-        app = create_app(engine, auth=auth, cors=cors, rate_limit=rate_limit)
+        app = create_app(engine, auth=auth, cors=cors, rate_limit=rate_limit, dashboard=dashboard)
         config = uvicorn.Config(
             app,
             host=host,

@@ -1,0 +1,61 @@
+// A run's steps as a timeline chart: one row per step, a bar from its start to its end
+// on the run's time axis, with attempts, status and duration; each row expands to the
+// step's decoded result or error. Built for 1,000+ steps: rows are plain elements and
+// a step's payload is rendered only when its row is opened.
+import { fmtDuration, h, pretty } from "./dom.js";
+
+export function timeline(run, steps) {
+  if (!steps.length) return h("p", { class: "muted" }, "No steps yet.");
+  const t0 = new Date(run.created_at).getTime();
+  const now = Date.now();
+  let t1 = t0 + 1;
+  for (const s of steps) {
+    const end = s.finished_at ? new Date(s.finished_at).getTime() : now;
+    if (end > t1) t1 = end;
+  }
+  const span = t1 - t0;
+  const list = h("ol", { class: "timeline", id: "timeline", "aria-label": `${steps.length} steps` });
+  const fragment = document.createDocumentFragment();
+  for (const s of steps) {
+    const start = new Date(s.started_at).getTime();
+    const end = s.finished_at ? new Date(s.finished_at).getTime() : now;
+    const bar = h("span", { class: `bar st-${s.status}` });
+    bar.style.marginLeft = (((start - t0) / span) * 100).toFixed(3) + "%";
+    bar.style.width = Math.max(((end - start) / span) * 100, 0.4).toFixed(3) + "%";
+    const summary = h(
+      "summary",
+      {},
+      h("span", { class: "num" }, "#" + s.step),
+      h("span", { class: "name", title: `${s.kind} ${s.name}` }, h("span", { class: "muted" }, s.kind + " "), s.name),
+      h("span", { class: "track" }, bar),
+      h("span", { class: `st st-${s.status}` }, s.status),
+      h("span", { class: "dur" }, s.finished_at ? fmtDuration(end - start) : "…"),
+      h("span", { class: "att", title: "attempts" }, s.attempts > 1 ? `×${s.attempts}` : ""),
+    );
+    const item = h("details", { class: "step", dataset: { step: s.step } }, summary);
+    item.addEventListener(
+      "toggle",
+      () => {
+        if (!item.open || item.childElementCount > 1) return;
+        item.append(
+          h(
+            "div",
+            { class: "step-body" },
+            h("p", { class: "muted" }, `started ${s.started_at}`, s.finished_at ? ` · finished ${s.finished_at}` : " · not finished", s.next_attempt_at ? ` · next attempt ${s.next_attempt_at}` : ""),
+            s.error
+              ? h("pre", { class: "error" }, `${s.error.type}: ${s.error.message}`)
+              : h("pre", { class: "mono" }, pretty(s.result) || "null"),
+          ),
+        );
+      },
+    );
+    fragment.append(h("li", {}, item));
+  }
+  list.append(fragment);
+  return h(
+    "div",
+    {},
+    h("p", { class: "muted" }, `Axis: ${fmtDuration(span)} from the run's creation. Open a step for its result.`),
+    list,
+  );
+}

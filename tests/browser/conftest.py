@@ -1,0 +1,140 @@
+"""A real ``pyweft serve`` process with API keys on a seeded SQLite store, and headless
+Chromium driven by Selenium. Marked slow; CI runs it in its own step after installing
+Debian's ``chromium`` and ``chromium-driver``. Without them (or selenium) the tests skip
+with the reason, unless ``PYWEFT_REQUIRE_BROWSER=1`` makes that a failure.
+
+Screenshots go to ``$PYWEFT_SCREENSHOTS`` (default ``build/dashboard-screenshots``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from .kit import ROOT, Page, Served
+
+PYWEFT = str(Path(sys.executable).parent / "pyweft")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+
+ADMIN_SCOPES = (
+    "workflows:read", "workflows:write", "events:read", "signals:write", "updates:write",
+    "queries:read", "reviews:read", "reviews:write", "schedules:read", "schedules:write",
+    "system:read",
+)  # fmt: skip
+READ_ONLY_SCOPES = ("workflows:read", "events:read", "reviews:read", "schedules:read")
+
+
+def _missing() -> str | None:
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return "selenium is not installed (pip install selenium)"
+    if CHROMIUM is None or CHROMEDRIVER is None:
+        return (
+            "chromium and chromedriver are not installed (apt-get install chromium chromium-driver)"
+        )
+    return None
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    reason = _missing()
+    if reason is None:
+        return
+    if os.environ.get("PYWEFT_REQUIRE_BROWSER", "").strip() not in ("", "0"):
+        raise pytest.UsageError(f"PYWEFT_REQUIRE_BROWSER is set but {reason}")
+    for item in items:
+        if "tests/browser" in str(item.path):
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _key(db: str, subject: str, scopes: tuple[str, ...]) -> str:
+    args = [PYWEFT, "keys", "create", "--db", db, "--subject", subject, "--json"]
+    for scope in scopes:
+        args += ["--scope", scope]
+    out = subprocess.run(args, capture_output=True, check=True, cwd=ROOT)
+    return str(json.loads(out.stdout)["key"])
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    from .seed import seed
+
+    db = f"sqlite:///{tmp_path_factory.mktemp('dash') / 'shop.db'}"
+    asyncio.run(seed(db))
+    admin, reader = _key(db, "operator", ADMIN_SCOPES), _key(db, "viewer", READ_ONLY_SCOPES)
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYWEFT_")}
+    env["PYWEFT_DASH_DB"] = db
+    proc = subprocess.Popen(
+        [PYWEFT, "serve", "tests.browser.shop:engine", "--port", str(port), "--auth", "keys"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+        try:
+            if httpx.get(url + "/api/v1/health", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, "pyweft serve did not come up"
+        time.sleep(0.05)
+    try:
+        yield Served(url=url, db=db, admin_key=admin, read_key=reader)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err.decode()
+
+
+@pytest.fixture(scope="module")
+def driver() -> Iterator[Any]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    options = Options()
+    options.binary_location = str(CHROMIUM)
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,800",
+        "--disable-gpu",
+    ):
+        options.add_argument(arg)  # fmt: skip
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    drv = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    drv.implicitly_wait(0)
+    try:
+        yield drv
+    finally:
+        drv.quit()
+
+
+@pytest.fixture
+def page(driver: Any, served: Served) -> Page:
+    driver.set_window_size(1280, 800)
+    driver.get_log("browser")  # start each test with an empty console
+    return Page(driver, served)

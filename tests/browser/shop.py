@@ -1,0 +1,66 @@
+"""The app the browser tests serve with ``pyweft serve tests.browser.shop:engine``: an
+order workflow that charges, waits for a signal, asks for a review and ships; a
+schedule; and a run with many steps. The store is the SQLite file in
+``$PYWEFT_DASH_DB``."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from pyweft import Engine, WorkflowContext, activity, workflow
+
+
+@dataclass
+class Order:
+    sku: str
+    quantity: int
+
+
+@activity
+async def charge(order: Order) -> dict[str, Any]:
+    return {"charged": order.quantity * 10, "sku": order.sku}
+
+
+@activity
+async def ship(sku: str) -> str:
+    return f"shipped {sku}"
+
+
+@workflow
+async def checkout(ctx: WorkflowContext, order: Order, priority: int = 1) -> dict[str, Any]:
+    """Charge, wait for the warehouse, get a human's approval, ship."""
+    receipt = await ctx.run(charge, order)
+    packed = await ctx.wait_for_signal("packed", timeout="1d")
+    decision = await ctx.review({"order": order.sku, "receipt": receipt}, review_type="ship-it")
+    if decision.decision != "approved":
+        return {"shipped": False, "decision": decision.decision}
+    shipped = await ctx.run(ship, order.sku)
+    return {"shipped": True, "note": shipped, "packed": packed, "priority": priority}
+
+
+@activity
+async def tick(i: int) -> int:
+    return i
+
+
+@workflow
+async def many_steps(ctx: WorkflowContext, count: int) -> int:
+    total = 0
+    for i in range(count):
+        total += await ctx.run(tick, i)
+    return total
+
+
+@workflow
+async def nightly(ctx: WorkflowContext) -> str:
+    return "report"
+
+
+def make_engine() -> Engine:
+    url = os.environ.get("PYWEFT_DASH_DB", "sqlite:///dashboard-demo.db")
+    return Engine(url, workflows=[checkout, many_steps, nightly])
+
+
+engine = make_engine

@@ -1,0 +1,147 @@
+"""Clicking through the dashboard in headless Chromium against a real ``pyweft serve``:
+start a run from its form, follow it live, signal it, approve its review, see it
+complete in the timeline; filter the runs list; fork from a step; pause a schedule."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .kit import Page
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_run_started_from_its_form_is_followed_live_to_completion(page: Page) -> None:
+    page.sign_in(page.served.admin_key)
+    page.open("start?type=checkout")
+    form = page.css("#start-form")
+    form.find_element("css selector", "textarea[name=order]").send_keys(
+        json.dumps({"sku": "ui-sku", "quantity": 2})
+    )
+    priority = form.find_element("css selector", "input[name=priority]")
+    priority.clear()
+    priority.send_keys("3")
+    page.css("#start-id").send_keys("ui-order")
+    page.shot("start")
+    page.css("#start-submit").click()
+
+    page.until(lambda: page.d.current_url.endswith("#/runs/ui-order"), "the run page")
+    # The charge step lands in the timeline while the run waits for its signal.
+    page.until(lambda: page.all('#timeline [data-step="1"]'), "step 1 in the timeline")
+    page.wait_text("charge", "#timeline")
+    page.wait_text("running", "#run-summary")
+
+    form = page.css("#signal-form")
+    form.find_element("css selector", "input[name=name]").send_keys("packed")
+    form.find_element("css selector", "textarea[name=payload]").send_keys('{"box": 7}')
+    form.find_element("css selector", "button").click()
+    # Live: the signal's step and then the review request appear without a reload.
+    page.until(lambda: page.all('#timeline [data-step="3"]'), "the review step, live")
+    page.wait_text("Pending reviews")
+    page.shot("run-waiting-for-review")
+
+    page.open("reviews")
+    card = page.css('article[aria-label="ship-it for ui-order"]')
+    assert "ui-sku" in card.text  # the artifact is rendered
+    page.shot("reviews")
+    card.find_element("css selector", "textarea").send_keys("looks right")
+    card.find_element("css selector", "button[id^=approved-]").click()
+    page.wait_text("Inbox zero")
+
+    page.open("runs/ui-order")
+    page.wait_text("completed", "#run-summary", timeout=15)
+    page.wait_text("shipped ui-sku", "#run-result")
+    timeline = page.text("#timeline")
+    assert "ship" in timeline and "open" not in timeline
+    page.css('#timeline [data-step="4"] summary').click()  # the ship step's result
+    page.wait_text("shipped ui-sku", '#timeline [data-step="4"]')
+    page.shot("run-completed")
+    assert page.served.api("GET", "/workflows/ui-order").json()["result"]["priority"] == 3
+    assert page.console_errors() == []
+
+
+def test_the_runs_list_filters_by_status_and_keeps_the_filter_in_the_url(page: Page) -> None:
+    page.sign_in(page.served.admin_key)
+    page.open("runs")
+    page.css("#runs-table tbody tr")
+    select = page.css("select[name=status]")
+    select.find_element("css selector", "option[value=completed]").click()
+    page.css("#apply-filters").click()
+    page.until(lambda: "status=completed" in page.d.current_url, "the filter in the URL")
+    page.until(
+        lambda: {r.text for r in page.all("#runs-table td.status")} == {"completed"},
+        "only completed rows",
+    )
+    listed = {r.get_attribute("data-id") for r in page.all("#runs-table tbody tr")}
+    assert {"long-run", "bad-run"} <= listed and "order-0" not in listed
+    page.d.refresh()  # the URL alone brings the same view back
+    page.until(
+        lambda: page.css("select[name=status]").get_attribute("value") == "completed",
+        "the kept filter",
+    )
+    page.shot("runs-filtered")
+    assert page.console_errors() == []
+
+
+def test_a_run_forked_from_a_chosen_step_keeps_the_steps_up_to_it(page: Page) -> None:
+    page.sign_in(page.served.admin_key)
+    page.open("runs/long-run")
+    page.css('#fork-step option[value="5"]').click()
+    page.css("#fork-run").click()
+    page.confirm()
+    page.until(lambda: "#/runs/long-run" not in page.d.current_url, "the forked run's page")
+    page.wait_text("Forked from long-run at step 5", "#lineage")
+    page.wait_text("completed", "#run-summary", timeout=15)
+    new_id = page.d.current_url.rsplit("/", 1)[-1]
+    info = page.served.api("GET", f"/workflows/{new_id}").json()
+    assert info["forked_from"] == "long-run" and info["forked_at_step"] == 5
+    assert info["result"] == sum(range(40))
+    assert page.console_errors() == []
+
+
+def test_a_schedule_is_paused_and_resumed_from_its_list(page: Page) -> None:
+    page.sign_in(page.served.admin_key)
+    page.open("schedules")
+    page.css("#pause-nightly-report").click()
+    page.until(lambda: page.all("#resume-nightly-report"), "the resume button")
+    assert page.served.api("GET", "/schedules/nightly-report").json()["schedule"]["paused"]
+    page.shot("schedules")
+    page.open("schedules/nightly-report")
+    page.wait_text("Paused: nothing fires.")
+    page.shot("schedule-detail")
+    page.css("#resume-nightly-report").click()
+    page.until(lambda: page.all("#next-fires li"), "the next fire times")
+    assert not page.served.api("GET", "/schedules/nightly-report").json()["schedule"]["paused"]
+    assert page.console_errors() == []
+
+
+def test_actions_a_key_may_not_take_are_disabled_with_the_reason(page: Page) -> None:
+    page.sign_in(page.served.read_key)
+    page.open("runs/order-1")
+    cancel = page.css("#cancel-run")
+    assert not cancel.is_enabled()
+    gated = cancel.find_element("xpath", "..")
+    assert "needs workflows:write" in gated.text
+    signal_button = page.css("#signal-form button")
+    assert not signal_button.is_enabled() and "signals:write" in page.text("#signal-form")
+    page.shot("run-read-only")
+    page.open("start")
+    page.wait_text("needs workflows:write")
+    assert page.console_errors() == []
+
+
+def test_a_rejected_key_goes_back_to_sign_in(page: Page) -> None:
+    page.d.get(page.served.url + "/")
+    page.d.execute_script("sessionStorage.setItem('pyweft.apiKey', 'pwk_nope_nope')")
+    page.open("runs")
+    page.until(lambda: "#/signin" in page.d.current_url, "the sign-in page")
+    page.css("#api-key").send_keys("pwk_still_wrong")
+    page.css("#signin-submit").click()
+    page.wait_text("was not accepted", "#signin-error")
+    page.shot("signin")
+    page.css("#api-key").clear()
+    page.css("#api-key").send_keys(page.served.admin_key)
+    page.css("#signin-submit").click()
+    page.until(lambda: page.d.current_url.endswith("#/runs"), "the page asked for first")
