@@ -3,6 +3,8 @@ that replay applies them again at the same points."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from pyweft import (
@@ -201,3 +203,34 @@ async def test_registering_a_handler_for_a_name_a_wait_is_waiting_on_is_a_clear_
 def _evicted(engine: Engine, workflow_id: str) -> bool:
     core = engine._core
     return workflow_id in core.residency.evicted and workflow_id not in core.runs
+
+
+@workflow
+async def two_streams(ctx: WorkflowContext, each: int) -> dict[str, int]:
+    counts = {"a": 0, "b": 0}
+    order: list[str] = []
+
+    def seen(name: str) -> Any:
+        def apply(_: object) -> None:
+            counts[name] += 1
+            order.append(name)
+
+        return apply
+
+    ctx.on_signal("a", seen("a"))
+    ctx.on_signal("b", seen("b"))
+    await ctx.wait_until(lambda: counts["a"] + counts["b"] >= 2 * each)
+    return counts
+
+
+async def test_more_signals_than_one_batch_across_names_are_all_applied(
+    backend: Backend,
+) -> None:
+    each = 300  # two names together hold more than one batch (512), neither alone does
+    async with backend.engine(workflows=[two_streams], poll_interval=60) as engine:
+        handle = await engine.start(two_streams, each, id="two", start_delay=1)
+        for i in range(each):
+            await engine.signal("two", "a", i)
+            await engine.signal("two", "b", i)
+        backend.clock.advance(2)
+        assert await handle.result(timeout=10) == {"a": each, "b": each}

@@ -122,6 +122,8 @@ async def _buffered(run: Run) -> list[tuple[str, bytes, SignalRecord]]:
     found.sort(key=lambda item: item[2].seq)
     if cap is not None:
         found = [item for item in found if item[2].seq <= cap]
+    if len(found) > BATCH:
+        run.signals_dirty = True  # several names together hold more: the rest next round
     return found[:BATCH]
 
 
@@ -146,7 +148,7 @@ async def _apply_batch(run: Run, batch: list[tuple[str, bytes, SignalRecord]]) -
     failure: RunEnding | None = None
     for key, raw, signal in batch:
         handler = run.signal_handlers.get(signal.name)
-        if handler is None:  # a handler that unregistered itself meanwhile: left buffered
+        if handler is None:  # not handled (cannot happen: only handled names are read)
             continue
         applied = AppliedUpdate(
             boundary=boundary,
