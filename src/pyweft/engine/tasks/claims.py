@@ -66,8 +66,9 @@ async def claim(
         picks = mine or picks[:1]
     if len(picks) > limit:
         # Workers racing for the same oldest tasks would mostly collide: each takes a
-        # random share of the oldest ones (the oldest half is always among them).
-        head, rest = picks[: limit // 2], picks[limit // 2 :]
+        # random share of the oldest ones (the oldest half of ``limit`` always among them).
+        cut = max(1, limit // 2)
+        head, rest = picks[:cut], picks[cut:]
         picks = head + random.sample(rest, limit - len(head))
     if len(picks) > 1:  # all at once, when nobody took any of them meanwhile
         held = [_claimed(t, worker_id, now) for _, t, _ in picks]
