@@ -118,3 +118,24 @@ async def test_a_handed_back_task_keeps_its_place_and_skips_who_refused_it(
         assert await claims.finish_many(storage, done) == [True, True]
         assert await storage.scan(tr.LEASE_PREFIX) == []
         assert await storage.scan(tr.TASK_PREFIX) == []
+
+
+async def test_a_dead_workers_concurrency_slot_comes_back_only_when_its_claim_expires(
+    backend: Backend,
+) -> None:
+    from pyweft.engine.tasks import limits
+
+    async with backend.engine() as eng:
+        storage = eng._core.storage
+        one = limits.check("q", 1, None)
+        await queue_tasks(storage, [task(1, visibility=10.0), task(2, visibility=10.0)])
+        [held] = await claims.claim(storage, "q", "dies", T0, 5, queue_limits=one)
+        assert held.task.slot is not None
+        # The holder is SIGKILLed: nobody may run a second task of the queue meanwhile.
+        assert await claims.claim(storage, "q", "w2", T0 + 5, 5, queue_limits=one) == []
+        assert await claims.reap(storage, T0 + 9) == 0
+        assert await claims.claim(storage, "q", "w2", T0 + 9, 5, queue_limits=one) == []
+        assert await claims.reap(storage, T0 + 11) == 1  # expired: the attempt fails...
+        [next_one] = await claims.claim(storage, "q", "w2", T0 + 11, 5, queue_limits=one)
+        assert next_one.task.workflow_id == "run-2"  # ...and its slot is free again
+        assert [k for k, _ in await storage.scan(limits.CONCURRENCY_PREFIX)] == [next_one.task.slot]
