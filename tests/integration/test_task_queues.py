@@ -355,3 +355,12 @@ def test_the_sync_worker_serves_a_queue_from_blocking_code(tmp_path: Any) -> Non
     ):
         assert eng.start(one, "resize", 21, id="sy1").result(timeout=10) == 42
         assert w.async_worker.completed == 1
+
+
+async def test_the_workers_guide_limits_example_runs(backend: Backend) -> None:
+    from support.guides import load
+
+    guide = load("workers", 3)
+    async with engine(backend) as eng:
+        await guide.limit(eng)
+        assert await eng.activity_queue_limits("media") is None
