@@ -304,3 +304,63 @@ async def test_the_workers_guide_example_runs_on_an_engine_and_a_worker(tmp_path
     ):
         handle = await eng.start(guide.publish, "cat.png", id="g1")
         assert await handle.result(timeout=10) == "cat.png@1280"
+
+
+@activity(queue="media", timeout=0.2, retry=RetryPolicy(max_attempts=1))
+async def overruns(x: int) -> int:
+    await asyncio.sleep(5)
+    return x
+
+
+@activity(queue="media", heartbeat_timeout=0.2, retry=RetryPolicy(max_attempts=1))
+def goes_quiet(x: int) -> int:
+    import time
+
+    ctx = activity_context()
+    ctx.heartbeat()
+    for _ in range(100):  # stops heartbeating; notices its cancellation
+        if ctx.cancelled:
+            ran.append(("quiet-cancelled", ctx.cancel_reason))
+            return -1
+        time.sleep(0.02)
+    return x
+
+
+async def test_the_worker_enforces_the_activitys_timeouts(backend: Backend) -> None:
+    acts = [overruns, goes_quiet]
+    async with (
+        backend.engine(
+            workflows=[one], activities=acts, clock=SystemClock(), serve_queues=[]
+        ) as eng,
+        worker(backend, acts),
+    ):
+        with pytest.raises(
+            WorkflowFailedError, match=r"ActivityTimeoutError: .*timed out after 0.2s"
+        ):
+            await (await eng.start(one, "overruns", 1, id="t1")).result(timeout=10)
+        with pytest.raises(WorkflowFailedError, match=r"did not heartbeat for 0.2s"):
+            await (await eng.start(one, "goes_quiet", 1, id="t2")).result(timeout=10)
+        # The thread cannot be interrupted: it sees its cancellation at its next look.
+        await eventually(lambda: bool(ran), what="the def activity to notice")
+        assert ran == [("quiet-cancelled", "it did not heartbeat within its heartbeat_timeout")]
+
+
+def test_the_sync_worker_serves_a_queue_from_blocking_code(tmp_path: Any) -> None:
+    import pyweft.sync
+
+    url = f"sqlite:///{tmp_path / 'sync.db'}"
+    with (
+        pyweft.sync.Engine(url, workflows=[one], activities=ACTS, serve_queues=[]) as eng,
+        pyweft.sync.Worker(url, activities=ACTS, queues=["media"], poll_interval=0.05) as w,
+    ):
+        assert eng.start(one, "resize", 21, id="sy1").result(timeout=10) == 42
+        assert w.async_worker.completed == 1
+
+
+async def test_the_workers_guide_limits_example_runs(backend: Backend) -> None:
+    from support.guides import load
+
+    guide = load("workers", 3)
+    async with engine(backend) as eng:
+        await guide.limit(eng)
+        assert await eng.activity_queue_limits("media") is None

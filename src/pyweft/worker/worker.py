@@ -38,7 +38,7 @@ from pyweft.codec import DefaultPayloadCodec, PayloadCodec
 from pyweft.definitions import ActivityDefinition, Duration, activity_definition_of
 from pyweft.durations import parse_duration
 from pyweft.engine.steps.activity_context import ActivityContext
-from pyweft.engine.tasks import claims
+from pyweft.engine.tasks import claims, limits
 from pyweft.engine.tasks import records as tr
 from pyweft.engine.tasks.claims import Claimed
 from pyweft.engine.tasks.doorbell import Notifier, Unlisten
@@ -294,7 +294,9 @@ class Worker:
                 break
             now = self.clock.now()
             share = self._shares.get(queue, (0, 1))
-            for c in await claims.claim(self.storage, queue, self.id, now, free, share):
+            queue_limits = await limits.load(self.storage, queue)
+            got = await claims.claim(self.storage, queue, self.id, now, free, share, queue_limits)
+            for c in got:
                 self.dispatch_latencies.append(now - c.task.created_at)
                 job = _Job(claimed=c)
                 self._jobs[c.task.id] = job
@@ -360,6 +362,8 @@ class Worker:
                     fut.set_result(ok)
             if self._notifier is not None and any(oks):
                 self._notifier.ring_soon(tr.RESULTS_TOPIC)
+                if any(job.claimed.task.slot for job, _, _ in batch):
+                    self._notifier.ring_soon(tr.TASKS_TOPIC)  # a limited queue has room
 
     async def _refuse(self, job: _Job) -> None:
         task = job.claimed.task

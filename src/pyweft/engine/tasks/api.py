@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pyweft.engine.tasks import workers
+from pyweft.definitions import Duration
+from pyweft.engine.tasks import limits, workers
+from pyweft.engine.tasks.limits import QueueLimits
 from pyweft.engine.tasks.workers import WorkerInfo
 
 if TYPE_CHECKING:
@@ -38,3 +40,23 @@ class WorkersAPI:
         """Let a drained worker claim tasks again."""
         services = self._core.services_or_raise()
         return await workers.set_drain(services.storage, worker_id, False)
+
+    async def set_activity_queue_limits(
+        self,
+        queue: str,
+        *,
+        concurrency: int | None = None,
+        rate_limit: tuple[int, Duration] | None = None,
+    ) -> QueueLimits:
+        """Limit an activity queue across every worker: at most ``concurrency`` attempts
+        running at once, at most ``rate_limit[0]`` starts in any ``rate_limit[1]`` window.
+        Both ``None`` removes the limits. Workers apply them from their next claim."""
+        services = self._core.services_or_raise()
+        checked = limits.check(queue, concurrency, rate_limit)
+        await limits.store(services.storage, checked)
+        return checked
+
+    async def activity_queue_limits(self, queue: str) -> QueueLimits | None:
+        """The limits set on an activity queue, or ``None``."""
+        services = self._core.services_or_raise()
+        return await limits.load(services.storage, limits.check(queue, None, None).queue)

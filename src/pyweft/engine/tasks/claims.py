@@ -16,7 +16,9 @@ from dataclasses import dataclass
 import msgspec
 
 from pyweft.engine.replay.records import ErrorInfo
+from pyweft.engine.tasks import limits
 from pyweft.engine.tasks import records as tr
+from pyweft.engine.tasks.limits import QueueLimits
 from pyweft.storage.base import Delete, Expect, Get, Op, Put, Storage, read_many
 
 log = logging.getLogger("pyweft.tasks")
@@ -43,6 +45,7 @@ async def claim(
     now: float,
     limit: int,
     share: tuple[int, int] = (0, 1),
+    queue_limits: QueueLimits | None = None,
 ) -> list[Claimed]:
     """Claim up to ``limit`` of the oldest ready tasks of ``queue``.
 
@@ -66,9 +69,12 @@ async def claim(
         picks = mine or picks[:1]
     if len(picks) > limit:
         # Workers racing for the same oldest tasks would mostly collide: each takes a
-        # random share of the oldest ones (the oldest half is always among them).
-        head, rest = picks[: limit // 2], picks[limit // 2 :]
+        # random share of the oldest ones (the oldest half of ``limit`` always among them).
+        cut = max(1, limit // 2)
+        head, rest = picks[:cut], picks[cut:]
         picks = head + random.sample(rest, limit - len(head))
+    if queue_limits is not None:
+        return await _claim_limited(storage, picks[:limit], worker_id, now, queue_limits)
     if len(picks) > 1:  # all at once, when nobody took any of them meanwhile
         held = [_claimed(t, worker_id, now) for _, t, _ in picks]
         conds = [Expect(key=tr.task_key(t.id), value=r) for _, t, r in picks]
@@ -79,9 +85,43 @@ async def claim(
     return [c for c in got if c is not None]
 
 
-def _claimed(task: tr.Task, worker_id: str, now: float) -> Claimed:
+async def _claim_limited(
+    storage: Storage,
+    picks: list[tuple[str, tr.Task, bytes]],
+    worker_id: str,
+    now: float,
+    queue_limits: QueueLimits,
+) -> list[Claimed]:
+    """Claim with the queue's slots taken in the same batch: all of them, or (when another
+    worker took a slot or a task meanwhile) one, or none until the next look."""
+    for size in (len(picks), 1):
+        if not picks:
+            return []
+        granted = await limits.grants(storage, queue_limits, now, min(size, len(picks)))
+        if not granted:
+            return []
+        conds: list[Expect] = []
+        ops: list[Op] = []
+        held: list[Claimed] = []
+        for (ready, task, raw), grant in zip(picks, granted, strict=False):
+            c = _claimed(task, worker_id, now, grant.slot)
+            held.append(c)
+            conds += [Expect(key=tr.task_key(task.id), value=raw), *grant.conds]
+            ops += [*_claim_ops(ready, c), *grant.ops]
+            if grant.slot is not None:
+                ops.append(Put(key=grant.slot, value=task.id.encode()))
+        if await storage.conditional_batch(conds, ops):
+            return held
+    return []
+
+
+def _claimed(task: tr.Task, worker_id: str, now: float, slot: str | None = None) -> Claimed:
     held = msgspec.structs.replace(
-        task, claimed_by=worker_id, claimed_at=now, claim_until=now + task.visibility_s
+        task,
+        claimed_by=worker_id,
+        claimed_at=now,
+        claim_until=now + task.visibility_s,
+        slot=slot,
     )
     return Claimed(task=held, raw=tr.encode(held))
 
@@ -145,6 +185,7 @@ def _finish_ops(c: Claimed, result: tr.TaskResult) -> list[Op]:
         Delete(key=tr.task_key(c.task.id)),
         Delete(key=c.lease),
         Put(key=tr.result_key(c.task.id), value=tr.encode(result)),
+        *limits.slot_ops(c.task),
     ]
 
 
@@ -165,12 +206,14 @@ async def hand_back(
         claim_until=0.0,
         refused_by=(*c.task.refused_by, c.task.claimed_by or "") if refuse else c.task.refused_by,
         last_error=error if error is not None else c.task.last_error,
+        slot=None,
     )
     raw = tr.encode(task)
     ops: list[Op] = [
         Put(key=tr.task_key(task.id), value=raw),
         Put(key=task.ready_key, value=raw),  # the ready entry carries the record
         Delete(key=c.lease),
+        *limits.slot_ops(c.task),
     ]
     return await storage.conditional_batch([Expect(key=tr.task_key(task.id), value=c.raw)], ops)
 
@@ -180,6 +223,7 @@ async def reap(storage: Storage, now: float, limit: int = 200) -> int:
 
     The step's retry policy then decides about a next attempt. Returns how many.
     """
+    await limits.free_orphans(storage)
     expired = await storage.scan(tr.LEASE_PREFIX, end=tr.lease_bound(now), limit=limit)
     if not expired:
         return 0
@@ -212,6 +256,7 @@ async def reap(storage: Storage, now: float, limit: int = 200) -> int:
             Delete(key=tr.task_key(tid)),
             Delete(key=key),
             Put(key=tr.result_key(tid), value=tr.encode(result)),
+            *limits.slot_ops(task),
         ]
         assert isinstance(raw, bytes)
         if await storage.conditional_batch([Expect(key=tr.task_key(tid), value=raw)], ops):

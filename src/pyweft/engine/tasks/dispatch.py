@@ -125,6 +125,10 @@ class TaskDispatcher:
         """Run one attempt on a worker: write its task (unless replay found it written) and
         return its value, or raise its failure."""
         services = run.services
+        if deadline_kind == "attempt":
+            # The worker times the attempt from when it starts it (time in line does not
+            # count); here only the schedule_to_close budget cuts the wait short.
+            deadline = None
         tid = tr.task_id(run.id, run.state.generation, actx.step, actx.attempt)
         ref = tr.REF_PREFIX + tid
         rkey, tkey = tr.result_key(tid), tr.task_key(tid)

@@ -71,6 +71,7 @@ class Task(msgspec.Struct, array_like=True, frozen=True):
     claim_until: float = 0.0
     refused_by: tuple[str, ...] = ()  # workers that do not have the activity
     last_error: str | None = None
+    slot: str | None = None  # the queue's concurrency slot it holds (see limits.py)
 
 
 class TaskResult(msgspec.Struct, array_like=True, frozen=True):
