@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from pyweft.clock import TimerHandle
+from pyweft.engine.ownership.claims import Claim, ClaimPlan
 from pyweft.engine.queues import layout
 from pyweft.engine.queues.enqueue import QUEUE_TOPIC
-from pyweft.engine.ownership.claims import Claim, ClaimPlan
 from pyweft.engine.queues.queue import Queue
 from pyweft.engine.replay import keys, records
 from pyweft.engine.replay.records import WorkflowState
