@@ -861,6 +861,7 @@ class Engine(MessagingAPI, InspectionAPI, QueuesAPI):
             not core.loading
             and not core.adopting
             and not (self._schedules is not None and self._schedules.firing.busy)
+            and not (self._dispatcher is not None and self._dispatcher.busy)
             and all(run.waiting for run in core.runs.values())
         )
 
