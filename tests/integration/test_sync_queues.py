@@ -24,6 +24,7 @@ def test_sync_engine_enqueues_and_reports_queues(tmp_path: Path) -> None:
             engine.enqueue("jobs", double, 21, deduplication_id="job-21")
         assert first.result(timeout=5) == 42
         engine.register_queue(Queue("later"))
+        assert [q.name for q in engine.registered_queues] == ["jobs", "later"]
         assert engine.enqueue("later", double, 2).result(timeout=5) == 4
         info = engine.queue_info("jobs")
         assert (info.depth, info.in_flight, info.concurrency) == (0, 0, 1)

@@ -220,3 +220,16 @@ async def test_enqueued_runs_survive_a_restart(backend: Backend) -> None:
         assert (await eng.describe("two")).status == "enqueued"
         await eng.signal("one", "go")
         assert await eng.get_handle("two").result(timeout=5) == "two"
+
+
+async def test_the_test_kit_skips_time_through_rate_limit_windows() -> None:
+    from pyweft.testing import TestEnv
+
+    queue = Queue("hourly", rate_limit=(1, "1h"))
+    async with TestEnv(
+        workflows=[quick], activities=[mark], queues=[queue], auto_advance=True
+    ) as env:
+        begin = env.now()
+        handles = [await env.engine.enqueue(queue, quick, f"h{i}") for i in range(3)]
+        assert [await env.result(h) for h in handles] == ["h0", "h1", "h2"]
+        assert 2 <= (env.now() - begin).total_seconds() / 3600 < 3  # one start an hour

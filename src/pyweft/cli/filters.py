@@ -28,8 +28,8 @@ StatusOption = Annotated[
     typer.Option(
         "--status",
         metavar="STATUS",
-        help="Only runs in this status: pending, running, suspended, blocked, completed, "
-        "failed, cancelled or timed_out. Repeat for any of several.",
+        help="Only runs in this status: pending, enqueued, running, suspended, blocked, "
+        "completed, failed, cancelled or timed_out. Repeat for any of several.",
     ),
 ]
 TypeOption = Annotated[

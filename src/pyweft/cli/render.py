@@ -33,6 +33,7 @@ STATUS_STYLES = {
     "suspended": "yellow",
     "blocked": "bold magenta",
     "pending": "cyan",
+    "enqueued": "cyan",
     "approved": "green",
     "rejected": "red",
     "needs_changes": "yellow",

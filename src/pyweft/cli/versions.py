@@ -23,7 +23,7 @@ from pyweft.cli import DbOption, JsonOption, apps, bad_parameter, render, run
 from pyweft.cli.apps import AppOption
 from pyweft.cli.store import open_engine
 
-UNFINISHED = ["running", "pending", "suspended", "blocked"]
+UNFINISHED = ["running", "pending", "enqueued", "suspended", "blocked"]
 _PAGE = 1000
 
 app = typer.Typer(

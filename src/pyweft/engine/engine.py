@@ -911,6 +911,7 @@ class Engine(MessagingAPI, InspectionAPI, WorkersAPI, QueuesAPI):
             not core.loading
             and not core.adopting
             and not (self._schedules is not None and self._schedules.firing.busy)
+            and not (self._dispatcher is not None and self._dispatcher.busy)
             and all(run.waiting for run in core.runs.values())
         )
 

@@ -39,6 +39,11 @@ class QueuesSync:
         """Register a workflow queue (see ``pyweft.Engine.register_queue``)."""
         return self._loop.call(self._engine.register_queue, queue)
 
+    @property
+    def registered_queues(self) -> builtins.list[Queue]:
+        """The queues registered with this engine."""
+        return self._loop.call(lambda: self._engine.registered_queues)
+
     @overload
     def enqueue(
         self,

@@ -89,6 +89,7 @@ class Dispatcher:
         # The next waiting runs of a FIFO partition, with their state records.
         self._ahead: dict[tuple[str, str], list[tuple[str, str, bytes | None]]] = {}
         self.dispatched = 0
+        self._passing = False
 
     async def start(self) -> None:
         listen = getattr(self._core.storage, "listen", None)
@@ -148,18 +149,30 @@ class Dispatcher:
                 self._dirty.update(self._queues)
             self._kick.clear()
             dirty, self._dirty = self._dirty, set()
-            for name in sorted(dirty):
-                queue = self._queues.get(name)
-                if queue is None or self._core.state != "open":
-                    continue
-                try:
-                    await self.dispatch(queue)
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
-                    self._known.clear()
-                    self._ahead.clear()
-                    log.exception("dispatching queue %s failed; retrying at the next poll", name)
+            self._passing = True
+            try:
+                await self._passes(dirty)
+            finally:
+                self._passing = False
+
+    @property
+    def busy(self) -> bool:
+        """A pass is under way or asked for (the test kit waits before skipping time)."""
+        return self._passing or self._kick.is_set()
+
+    async def _passes(self, dirty: set[str]) -> None:
+        for name in sorted(dirty):
+            queue = self._queues.get(name)
+            if queue is None or self._core.state != "open":
+                continue
+            try:
+                await self.dispatch(queue)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                self._known.clear()
+                self._ahead.clear()
+                log.exception("dispatching queue %s failed; retrying at the next poll", name)
 
     async def dispatch(self, queue: Queue) -> int:
         """One pass over every partition of ``queue``. Returns how many runs started."""
