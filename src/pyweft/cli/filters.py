@@ -32,6 +32,15 @@ StatusOption = Annotated[
         "completed, failed, cancelled or timed_out. Repeat for any of several.",
     ),
 ]
+CategoryOption = Annotated[
+    str | None,
+    typer.Option(
+        "--category",
+        metavar="CATEGORY",
+        help="Only runs that failed for this reason: application, timeout, cancellation, "
+        "resource, system or non_determinism.",
+    ),
+]
 TypeOption = Annotated[
     str | None, typer.Option("--type", metavar="TYPE", help="Only runs of this workflow type.")
 ]
@@ -104,6 +113,7 @@ class RunFilters:
     updated_before: datetime | None = None
     attributes: dict[str, Any] | None = None
     tags: list[str] | None = None
+    failure_category: str | None = None
 
     def as_kwargs(self) -> dict[str, Any]:
         """The filters that are set, as keyword arguments for the engine."""
@@ -123,6 +133,7 @@ def run_filters(
     until: str | None = None,
     updated_since: str | None = None,
     updated_until: str | None = None,
+    category: str | None = None,
     now: datetime | None = None,
 ) -> RunFilters:
     """Parse the filter options; a malformed one ends the command with exit code 2."""
@@ -138,6 +149,7 @@ def run_filters(
         updated_before=moment(updated_until, "--updated-until", now),
         attributes=attribute_filters(attrs or []),
         tags=tags or None,
+        failure_category=category,
     )
 
 
@@ -220,9 +232,13 @@ def attribute_value(text: str, expression: str) -> Any:
 
 def group_by(by: str) -> str:
     """``--by`` as ``Engine.aggregate(group_by=...)``: status, type or attr:NAME."""
-    if by in ("status", "type") or (by.startswith("attr:") and len(by) > len("attr:")):
+    if by in ("status", "type", "failure_category") or (
+        by.startswith("attr:") and len(by) > len("attr:")
+    ):
         return by
-    bad_parameter(f"--by {by!r} is not status, type or attr:NAME (e.g. attr:region)")
+    bad_parameter(
+        f"--by {by!r} is not status, type or attr:NAME (e.g. attr:region), nor failure_category"
+    )
 
 
 __all__ = [
@@ -239,6 +255,7 @@ __all__ = [
     "UpdatedUntilOption",
     "attribute_filters",
     "group_by",
+    "CategoryOption",
     "moment",
     "run_filters",
 ]

@@ -120,6 +120,7 @@ def info_dict(info: WorkflowInfo) -> dict[str, Any]:
         "step_count": info.step_count,
         "result": info.result,
         "error": error_dict(info.error),
+        "failure_category": info.failure_category,
         "cancel_requested": info.cancel_requested,
         "parent_id": info.parent_id,
         "tags": info.tags,
@@ -219,12 +220,15 @@ def runs_table(items: list[WorkflowInfo]) -> Table:
     """Runs, one per row; parent and tags columns appear only when some run has them."""
     parents = any(info.parent_id is not None for info in items)
     tags = any(info.tags for info in items)
+    categories = any(info.failure_category is not None for info in items)
     table = Table(show_edge=False, pad_edge=False, header_style="bold")
     table.add_column("id", overflow="fold")
     table.add_column("type", overflow="fold")
     table.add_column("status", no_wrap=True)
     table.add_column("created", no_wrap=True)
     table.add_column("updated", no_wrap=True)
+    if categories:
+        table.add_column("category", no_wrap=True)
     if parents:
         table.add_column("parent", overflow="fold")
     if tags:
@@ -237,6 +241,8 @@ def runs_table(items: list[WorkflowInfo]) -> Table:
             when(info.created_at),
             clock_time(info.updated_at, info.created_at),
         ]
+        if categories:
+            cells.append(escape(info.failure_category or ""))
         if parents:
             cells.append(escape(info.parent_id or ""))
         if tags:

@@ -11,6 +11,7 @@ from pyweft import CorruptRecordError, Group, History, Page, WorkflowInfo
 from pyweft.cli import DbOption, JsonOption, filters, render, run
 from pyweft.cli.filters import (
     AttrOption,
+    CategoryOption,
     IdPrefixOption,
     ParentOption,
     RunFilters,
@@ -29,7 +30,9 @@ IdArgument = Annotated[str, typer.Argument(metavar="ID", help="The workflow run 
 ByOption = Annotated[
     str,
     typer.Option(
-        "--by", metavar="status|type|attr:NAME", help="Count runs per status, type or attribute."
+        "--by",
+        metavar="status|type|failure_category|attr:NAME",
+        help="Count runs per status, type, failure category or attribute.",
     ),
 ]
 
@@ -53,6 +56,7 @@ def list_runs(
     until: UntilOption = None,
     updated_since: UpdatedSinceOption = None,
     updated_until: UpdatedUntilOption = None,
+    category: CategoryOption = None,
     limit: Annotated[int, typer.Option("--limit", help="Runs per page (1-1000).")] = 50,
     cursor: Annotated[
         str | None, typer.Option("--cursor", help="Continue from a previous page's cursor.")
@@ -72,6 +76,7 @@ def list_runs(
         until=until,
         updated_since=updated_since,
         updated_until=updated_until,
+        category=category,
     )
     page = run(_list(where, flt, limit, cursor))
     if as_json:
@@ -108,6 +113,7 @@ def count_runs(
     until: UntilOption = None,
     updated_since: UpdatedSinceOption = None,
     updated_until: UpdatedUntilOption = None,
+    category: CategoryOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Count runs matching the filters (as for list) per status, type or attribute value.
@@ -129,6 +135,7 @@ def count_runs(
         until=until,
         updated_since=updated_since,
         updated_until=updated_until,
+        category=category,
     )
     groups = run(_count(where, group_by, flt))
     if as_json:
@@ -214,6 +221,8 @@ def _summary(info: WorkflowInfo) -> Table:
         summary.add_row("result", escape(render.value_text(info.result)))
     if info.corrupt_key is not None:
         summary.add_row("damaged", escape(info.corrupt_key))
+    if info.failure_category is not None:
+        summary.add_row("category", escape(info.failure_category))
     if info.error is not None:
         summary.add_row("error", escape(f"{info.error.type}: {info.error.message}"))
     if info.cancel_requested and info.status != "cancelled":

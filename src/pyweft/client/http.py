@@ -393,10 +393,12 @@ class Client(PublishedClient):
         updated_before: datetime | float | None = None,
         attributes: Mapping[str, Any] | None = None,
         tags: Sequence[str] | None = None,
+        failure_category: str | None = None,
         limit: int = 100,
         cursor: str | None = None,
     ) -> Page[WorkflowInfo]:
         params = _filter_params(
+            failure_category=failure_category,
             status=status,
             workflow_type=workflow_type,
             id_prefix=id_prefix,
@@ -499,6 +501,7 @@ def _filter_params(**filters: Any) -> builtins.list[tuple[str, str]]:
         "updated_before",
         "attributes",
         "tags",
+        "failure_category",
     }
     unknown = set(filters) - names
     if unknown:
@@ -512,7 +515,7 @@ def _filter_params(**filters: Any) -> builtins.list[tuple[str, str]]:
             out.append(("status", s))
     if filters.get("workflow_type") is not None:
         out.append(("type", filters["workflow_type"]))
-    for name in ("id_prefix", "parent_id"):
+    for name in ("id_prefix", "parent_id", "failure_category"):
         if filters.get(name) is not None:
             out.append((name, filters[name]))
     for name in ("created_after", "created_before", "updated_after", "updated_before"):

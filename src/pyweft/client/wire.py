@@ -61,13 +61,23 @@ def _req_dt(value: Any) -> datetime:
 def error_to_json(error: ErrorInfo | None) -> dict[str, Any] | None:
     if error is None:
         return None
-    return {"type": error.type, "message": error.message, "code": error.code}
+    return {
+        "type": error.type,
+        "message": error.message,
+        "code": error.code,
+        "category": error.category,
+    }
 
 
 def error_from_json(data: Any) -> ErrorInfo | None:
     if data is None:
         return None
-    return ErrorInfo(type=data["type"], message=data["message"], code=data.get("code"))
+    return ErrorInfo(
+        type=data["type"],
+        message=data["message"],
+        code=data.get("code"),
+        category=data.get("category"),
+    )
 
 
 def info_to_json(info: WorkflowInfo) -> dict[str, Any]:
@@ -81,6 +91,7 @@ def info_to_json(info: WorkflowInfo) -> dict[str, Any]:
         "step_count": info.step_count,
         "result": info.result,
         "error": error_to_json(info.error),
+        "failure_category": info.failure_category,  # (derived from status and error)
         "cancel_requested": info.cancel_requested,
         "parent_id": info.parent_id,
         "tags": list(info.tags),

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 _FILTER_NAMES = {
     "status",
+    "failure_category",
     "workflow_type",
     "id_prefix",
     "parent_id",
@@ -66,6 +67,7 @@ class InspectionAPI:
         attributes: Mapping[str, Any] | None = None,
         tags: Sequence[str] | None = None,
         schedule_id: str | None = None,
+        failure_category: str | None = None,
         limit: int = 100,
         cursor: str | None = None,
     ) -> Page[WorkflowInfo]:
@@ -73,7 +75,8 @@ class InspectionAPI:
 
         ``status`` may be one status or several. ``attributes`` maps a search
         attribute to a value (equality) or to a dict of ``gt``/``gte``/``lt``/
-        ``lte`` bounds. Filters are served from indexes; an invalid filter
+        ``lte`` bounds. ``failure_category`` keeps runs that failed for that reason
+        (``"timeout"``...). Filters are served from indexes; an invalid filter
         raises :class:`InvalidArgumentError` before anything is read.
         """
         self._core.services_or_raise()
@@ -89,12 +92,14 @@ class InspectionAPI:
             attributes=attributes,
             tags=tags,
             schedule_id=schedule_id,
+            failure_category=failure_category,
         )
         return await self._core.visibility.list(flt, limit=limit, cursor=cursor)
 
     async def aggregate(self, *, group_by: str, **filters: Any) -> builtins.list[Group]:
-        """Counts of runs per ``"status"``, ``"type"`` or search attribute, over the same
-        filters as :meth:`list` (without paging). Largest groups first."""
+        """Counts of runs per ``"status"``, ``"type"``, ``"failure_category"`` or search
+        attribute, over the same filters as :meth:`list` (without paging). Largest groups
+        first."""
         self._core.services_or_raise()
         _check_filter_names(filters)
         flt = query.build_filter(**filters)

@@ -44,7 +44,7 @@ def from_query(query: Any, *, paging: bool) -> tuple[dict[str, Any], int, str | 
     """Engine filter keywords (plus limit and cursor) from query parameters."""
     filters: dict[str, Any] = {}
     attributes: dict[str, Any] = {}
-    allowed = {"status", "type", "id_prefix", "parent_id", "tag", *TIME_FILTERS}
+    allowed = {"status", "type", "id_prefix", "parent_id", "tag", "failure_category", *TIME_FILTERS}
     if paging:
         allowed |= {"limit", "cursor"}
     else:
@@ -73,7 +73,7 @@ def from_query(query: Any, *, paging: bool) -> tuple[dict[str, Any], int, str | 
         filters["status"] = statuses if len(statuses) > 1 else statuses[0]
     if "type" in query:
         filters["workflow_type"] = query["type"]
-    for name in ("id_prefix", "parent_id"):
+    for name in ("id_prefix", "parent_id", "failure_category"):
         if name in query:
             filters[name] = query[name]
     tags = query.getlist("tag")

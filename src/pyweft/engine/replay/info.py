@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
 from pyweft.engine.replay.records import ErrorInfo
+from pyweft.engine.replay.records import failure_category as _category
 
 T = TypeVar("T")
 
@@ -100,6 +101,12 @@ class WorkflowInfo:
     @property
     def is_terminal(self) -> bool:
         return self.status in {"completed", "failed", "cancelled", "timed_out"}
+
+    @property
+    def failure_category(self) -> str | None:
+        """Why the run failed, timed out, was cancelled or is blocked: ``application``,
+        ``timeout``, ``cancellation``, ``resource``, ``system`` or ``non_determinism``."""
+        return _category(self.status, self.error)
 
     @property
     def quarantined(self) -> bool:

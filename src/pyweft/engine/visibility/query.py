@@ -73,6 +73,7 @@ class RunFilter:
     attributes: tuple[AttrCondition, ...] = ()
     tags: tuple[str, ...] = ()
     schedule_id: str | None = None
+    failure_category: str | None = None
 
     def matches_position(self, position: str) -> bool:
         """What can be checked of a run from its index position alone (id and creation time).
@@ -102,6 +103,10 @@ class RunFilter:
             return False
         if self.schedule_id is not None and state.schedule_id != self.schedule_id:
             return False
+        if self.failure_category is not None and (
+            records.failure_category(state.status, state.error) != self.failure_category
+        ):
+            return False
         return all(c.matches(attrs.get(c.name)) for c in self.attributes)
 
 
@@ -128,6 +133,7 @@ def build_filter(
     attributes: Mapping[str, object] | None = None,
     tags: Sequence[str] | None = None,
     schedule_id: str | None = None,
+    failure_category: str | None = None,
 ) -> RunFilter:
     """Validate every filter argument; raise ``InvalidArgumentError`` before any read."""
     statuses: tuple[str, ...] = ()
@@ -150,6 +156,11 @@ def build_filter(
     for name, spec in (attributes or {}).items():
         attributes_check = _attr_condition(name, spec)
         conditions.append(attributes_check)
+    if failure_category is not None and failure_category not in records.FAILURE_CATEGORIES:
+        raise InvalidArgumentError(
+            f"unknown failure_category {failure_category!r}; use one of: "
+            f"{', '.join(records.FAILURE_CATEGORIES)}"
+        )
     tag_list = tuple(tags or ())
     if any(not isinstance(t, str) or not t for t in tag_list):
         raise InvalidArgumentError("tags must be non-empty strings")
@@ -165,6 +176,7 @@ def build_filter(
         attributes=tuple(conditions),
         tags=tag_list,
         schedule_id=schedule_id,
+        failure_category=failure_category,
     )
 
 

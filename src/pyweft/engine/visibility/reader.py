@@ -347,14 +347,16 @@ class Visibility:
     async def aggregate(self, group_by: str, flt: RunFilter) -> builtins.list[Group]:
         """Counts of matching runs per status, type or attribute value."""
         if not isinstance(group_by, str) or not group_by:
-            raise InvalidArgumentError("group_by must be 'status', 'type' or an attribute name")
+            raise InvalidArgumentError(
+                "group_by must be 'status', 'type', 'failure_category' or an attribute name"
+            )
         attr = group_by[5:] if group_by.startswith("attr:") else None
-        if group_by not in ("status", "type") and attr is None:
+        if group_by not in ("status", "type", "failure_category") and attr is None:
             attr = group_by
         if attr is not None:
             attributes.check_name(attr)
         counts: dict[Any, int] = {}
-        if flt == RunFilter():
+        if flt == RunFilter() and group_by != "failure_category":
             await self._count_index(group_by, attr, counts)
         else:
             async for _, state, attrs in query.matching(self._storage, flt):
@@ -363,6 +365,8 @@ class Visibility:
                     found = [state.status]
                 elif group_by == "type":
                     found = [state.type]
+                elif group_by == "failure_category":
+                    found = [records.failure_category(state.status, state.error)]
                 else:
                     values = attrs or await self._attrs(state.id)
                     value = values.get(attr or "")
