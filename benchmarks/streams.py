@@ -22,7 +22,6 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -56,7 +55,7 @@ async def writer(url: str, chunks: int) -> None:
         print(f"WRITER {rate:.0f}", flush=True)
 
 
-async def main(url: str, chunks: int, readers: int) -> None:
+def launch_writer(url: str, chunks: int) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
         [sys.executable, __file__, "--writer", "--url", url, "--chunks", str(chunks)],
         stdout=subprocess.PIPE,
@@ -64,6 +63,10 @@ async def main(url: str, chunks: int, readers: int) -> None:
     )
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "READY"
+    return proc
+
+
+async def main(url: str, chunks: int, readers: int, proc: subprocess.Popen[str]) -> None:
     lags: list[float] = []
     async with Engine(url, role="client") as engine:
 
@@ -80,7 +83,7 @@ async def main(url: str, chunks: int, readers: int) -> None:
         await engine.signal("bench", "go")
         counts = await asyncio.gather(*tasks)
         elapsed = time.perf_counter() - began
-    out, _ = proc.communicate(timeout=60)
+    out, _ = await asyncio.to_thread(proc.communicate, timeout=60)
     assert counts == [chunks] * readers, counts
     ms = [x * 1000 for x in lags]
     print(f"store: {url.split('?')[0].split('://')[0]}; {chunks} chunks, {readers} readers")
@@ -115,7 +118,7 @@ if __name__ == "__main__":
     else:
         url = ns.url or f"sqlite:///{Path('/tmp') / f'pyweft-streams-{uuid.uuid4().hex}.db'}"
     try:
-        asyncio.run(main(url, ns.chunks, ns.readers))
+        asyncio.run(main(url, ns.chunks, ns.readers, launch_writer(url, ns.chunks)))
     finally:
         if schema is not None:
             with psycopg.connect(ns.url or DEFAULT_URL, autocommit=True) as conn:
