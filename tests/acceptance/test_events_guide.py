@@ -20,7 +20,7 @@ def _run(code: str, cwd: Path) -> str:
 def test_events_and_streams_example_prints_status_tokens_and_result(tmp_path: Path) -> None:
     out = _run(block("events-and-streams", 1), tmp_path).splitlines()
     assert out[0] in ("status: thinking", "status: done")
-    assert out[1:6] == [f"token: {w}" for w in "why is the sky blue".split()]
+    assert out[1:6] == [f"token: {w}" for w in ["why", "is", "the", "sky", "blue"]]
     assert out[6:] == ["result: why is the sky blue", "status: done"]
 
 

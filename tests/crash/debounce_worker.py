@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import time
 from pathlib import Path
 
 from pyweft import Engine, WorkflowContext, workflow
@@ -21,11 +22,15 @@ async def collapse(ctx: WorkflowContext, who: str) -> str:
     return who
 
 
+def _wait_for(go: Path) -> None:
+    while not go.exists():
+        time.sleep(0.005)
+
+
 async def main(url: str, key: str, calls: int, go: Path) -> None:
     async with Engine(url, workflows=[collapse], role="client") as engine:
         print("READY", flush=True)
-        while not go.exists():
-            await asyncio.sleep(0.005)
+        await asyncio.to_thread(_wait_for, go)
         handles = await asyncio.gather(
             *(
                 engine.debounce(key, collapse, f"{os.getpid()}-{i}", period=3600)

@@ -27,21 +27,22 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
             yield with_schema(url, schema)
 
 
+def _launch(store: str, go: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), store, "hot", str(CALLS), str(go)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
 async def test_concurrent_callers_in_several_processes_make_one_pending_run(
     store: str, tmp_path: Path
 ) -> None:
     async with Engine(store, role="client"):
         pass  # the schema exists before the callers race to open the store
     go = tmp_path / "go"
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(WORKER), store, "hot", str(CALLS), str(go)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for _ in range(PROCESSES)
-    ]
+    procs = [_launch(store, go) for _ in range(PROCESSES)]
     try:
         for proc in procs:
             assert proc.stdout is not None
