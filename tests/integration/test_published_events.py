@@ -130,3 +130,20 @@ async def test_purge_deletes_the_runs_events_and_streams(backend: Backend) -> No
         assert await storage.scan("pub:") == []
         with pytest.raises(WorkflowNotFoundError):
             [c async for c in engine.read_stream("w", "s")]
+
+
+async def test_many_readers_of_one_stream_each_get_every_chunk(backend: Backend) -> None:
+    async with backend.engine(workflows=[publisher]) as engine:
+        handle = await engine.start(publisher, 60, id="p")
+
+        async def read_all() -> list[Any]:
+            return [c async for c in engine.read_stream("p", "tokens")]
+
+        readers = [asyncio.ensure_future(read_all()) for _ in range(6)]
+        await asyncio.sleep(0)
+        assert await engine.get_event("p", "status", timeout=5) is not None
+        while await engine.get_event("p", "status", timeout=0) != "streamed":
+            await asyncio.sleep(0.005)
+        await handle.signal("finish")
+        results = await asyncio.wait_for(asyncio.gather(*readers), 10)
+    assert results == [[{"i": i} for i in range(60)]] * 6

@@ -46,7 +46,9 @@ async def test_info_describes_the_run_its_generation_and_its_children(backend: B
         assert first.execution_deadline == datetime(2026, 5, 1, 1, tzinfo=UTC)
         assert (first.parent_id, first.depth, first.forked_from) == (None, 0, None)
         assert (child.workflow_id, child.parent_id, child.depth) == ("kid", handle.id, 1)
-        assert child.idempotency_key is None and child.execution_deadline is None
+        assert child.idempotency_key is None
+        # An awaited child is bounded by its parent's deadline (issue 16).
+        assert child.execution_deadline == first.execution_deadline
 
     # A restart replays the run: the info it sees is the same as before.
     async with backend.engine(workflows=[info_parent, info_child]) as engine:

@@ -30,7 +30,7 @@ from pyweft.engine.replay.operations import operation
 from pyweft.engine.replay.records import StepRecord
 from pyweft.engine.visibility.reader import not_found
 from pyweft.errors import InvalidArgumentError, WorkflowUsageError
-from pyweft.storage.base import Get, Op, Put, Scan, read_many
+from pyweft.storage.base import Get, Op, Put, Read, Scan, read_many
 
 if TYPE_CHECKING:
     from pyweft.codec import PayloadCodec
@@ -156,23 +156,52 @@ def read(
     return _follow(storage, codec, workflow_id, key, from_offset)
 
 
+_Look = list[Any]
+_Flight = tuple[int, "asyncio.Future[_Look]"]
+_looking: weakref.WeakKeyDictionary[Any, dict[tuple[str, str, int], _Flight]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def _look(storage: Storage, workflow_id: str, key: str, offset: int, seen: int) -> _Look:
+    """Chunks from ``offset``, the head and the run's state, in one read. Readers of one
+    stream at the same offset in this process share a read in flight, when it began
+    after every wake-up they have seen (``seen``, the hub's sequence): ten readers woken
+    by one write cost the store one query, not ten, and none can miss the write."""
+    flights = _looking.setdefault(storage, {})
+    ident = (workflow_id, key, offset)
+    current = flights.get(ident)
+    if current is not None and current[0] == seen:
+        flight = current[1]
+    else:
+        start = chunks_prefix(workflow_id, key)
+        reads: list[Read] = [
+            Scan(prefix=start, start=f"{start}{offset:012d}", limit=_BATCH),
+            Get(key=head_key(workflow_id, key)),
+            Get(key=keys.wf(workflow_id)),
+        ]
+        flight = asyncio.ensure_future(read_many(storage, reads))
+        flights[ident] = (seen, flight)
+
+        def done(ended: asyncio.Future[_Look]) -> None:
+            if not ended.cancelled():
+                ended.exception()  # retrieved: every reader that joined it raises it too
+            if flights.get(ident, (0, None))[1] is ended:
+                del flights[ident]
+
+        flight.add_done_callback(done)
+    return await asyncio.shield(flight)
+
+
 async def _follow(
     storage: Storage, codec: PayloadCodec, workflow_id: str, key: str, offset: int
 ) -> AsyncIterator[Any]:
     hub = hub_for(storage)
-    start = chunks_prefix(workflow_id, key)
     ended = False
     async with hub.reading():
         while True:
             seen = hub.seq
-            rows, head_raw, state_raw = await read_many(
-                storage,
-                [
-                    Scan(prefix=start, start=f"{start}{offset:012d}", limit=_BATCH),
-                    Get(key=head_key(workflow_id, key)),
-                    Get(key=keys.wf(workflow_id)),
-                ],
-            )
+            rows, head_raw, state_raw = await _look(storage, workflow_id, key, offset, seen)
             assert isinstance(rows, list)
             for _, raw in rows:
                 yield codec.decode(raw)
@@ -184,10 +213,10 @@ async def _follow(
                 return  # the run had finished and one more look found nothing
             if state_raw is None:
                 raise not_found(workflow_id)
-            head = None if head_raw is None else _head_dec.decode(head_raw)  # type: ignore[arg-type]
+            head = None if head_raw is None else _head_dec.decode(head_raw)
             if head is not None and head.closed and offset >= head.next:
                 return
-            state = records.decode_state(state_raw)  # type: ignore[arg-type]
+            state = records.decode_state(state_raw)
             if state.status in records.TERMINAL_STATUSES:
                 # Look once more: the scan may have run before the run's last chunks.
                 ended = True
