@@ -41,6 +41,7 @@ from pyweft.sync.blocking import Blocking
 from pyweft.sync.events import EventIterator
 from pyweft.sync.handle import WorkflowHandle
 from pyweft.sync.loop import LoopThread, closed_error
+from pyweft.sync.workers_api import WorkersTwins
 
 if TYPE_CHECKING:
     from pyweft.engine.context import WorkflowContext
@@ -56,7 +57,7 @@ State = Literal["new", "opening", "open", "closing", "closed"]
 Started = Literal["started", "signalled"]
 
 
-class Engine:
+class Engine(WorkersTwins):
     """Runs durable workflows from synchronous code. Use ``with Engine(...) as engine``.
 
     Takes the same arguments as :class:`pyweft.Engine`. Construction starts one
