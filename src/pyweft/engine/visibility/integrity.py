@@ -36,6 +36,7 @@ _KEY_ONLY = (
     "sched-due:",
     "st:",
     "lk:",
+    "tk:",  # activity task queues (engine/tasks): tasks, claims, outcomes, workers, limits
 )
 
 
