@@ -15,6 +15,7 @@ import json
 import os
 import random
 import sys
+import time
 
 from pyweft import (
     Engine,
@@ -28,14 +29,21 @@ from pyweft import (
 
 STEPS = 4  # activities per run, alternating queues qa and qb
 VISIBILITY_S = 3.0
+QA_CONCURRENCY = 3
+QB_RATE, QB_WINDOW_S = 40, 0.25
 
 _ledger_fd: list[int] = []
 _who: list[str] = ["?"]
 
 
 def note(kind: str) -> None:
+    """``KIND run/step attempt worker time queue claimed_at`` (times: epoch seconds)."""
     ctx = activity_context()
-    line = f"{kind} {ctx.workflow_id}/{ctx.step} {ctx.attempt} {_who[0]}\n"
+    queue = "qa" if ctx.activity == "work_a" else "qb"
+    line = (
+        f"{kind} {ctx.workflow_id}/{ctx.step} {ctx.attempt} {_who[0]} {time.time():.6f} "
+        f"{queue} {ctx.started_at.timestamp():.6f}\n"
+    )
     os.write(_ledger_fd[0], line.encode())
 
 
@@ -52,8 +60,6 @@ async def work_a(x: int) -> int:
 
 @activity(queue="qb", retry=RETRY, visibility_timeout=VISIBILITY_S)
 def work_b(x: int) -> int:
-    import time
-
     note("BEGIN")
     time.sleep(random.uniform(0.005, 0.03))
     note("END")
@@ -87,6 +93,9 @@ def expected(x: int) -> list[int]:
 
 async def engine_main(url: str, n_runs: int, out: str) -> None:
     async with Engine(url, workflows=[chain], serve_queues=[], poll_interval=0.2) as engine:
+        # Limits the checks verify across every worker, the killed one included.
+        await engine.set_activity_queue_limits("qa", concurrency=QA_CONCURRENCY)
+        await engine.set_activity_queue_limits("qb", rate_limit=(QB_RATE, QB_WINDOW_S))
         handles = [await engine.start(chain, i, id=f"run-{i:04d}") for i in range(n_runs)]
         results = await asyncio.gather(*(h.result(timeout=120) for h in handles))
         await asyncio.to_thread(_write, out, json.dumps(results))

@@ -67,6 +67,7 @@ def kill_one_worker_midway(url: str, tmp_path: Path, *, n_workers: int, n_runs: 
         )
         workers["w0"].send_signal(signal.SIGKILL)
         workers["w0"].wait()
+        killed_at = time.time()
         assert engine.wait(timeout=90) == 0, (tmp_path / "engine.log").read_text()[-3000:]
     finally:
         for proc in [engine, *workers.values()]:
@@ -92,7 +93,34 @@ def kill_one_worker_midway(url: str, tmp_path: Path, *, n_workers: int, n_runs: 
         assert n <= limit, f"{token} began {n} times (w0 ran it: {token in by_w0})"
         assert ends[token] >= 1
     assert len(repeated) <= 8
+    check_limits(entries, killed_at)
     # The survivors stopped cleanly on SIGTERM (they drain, then exit 0).
     for name, proc in workers.items():
         if name != "w0":
             assert proc.returncode == 0, (tmp_path / f"{name}.log").read_text()[-2000:]
+
+
+def check_limits(entries: list[list[str]], killed_at: float) -> None:
+    """No more than QA_CONCURRENCY attempts of qa ran at once (an attempt w0 never ended
+    counts as running until w0 died: its slot was held longer still), and no window of
+    QB_WINDOW_S saw more than QB_RATE starts of qb (claim times, as the slots count)."""
+    sys.path.insert(0, str(PROC.parent))
+    from task_queue_proc import QA_CONCURRENCY, QB_RATE, QB_WINDOW_S
+
+    spans: dict[tuple[str, str, str], list[float]] = {}
+    for kind, token, attempt, who, at, queue, _ in entries:
+        if queue == "qa":
+            spans.setdefault((token, attempt, who), [0.0, killed_at])[
+                0 if kind == "BEGIN" else 1
+            ] = float(at)
+    edges = sorted([(b, 1) for b, _ in spans.values()] + [(e, -1) for _, e in spans.values()])
+    running = peak = 0
+    for _, step in edges:  # an end at the same instant as a begin counts first
+        running += step
+        peak = max(peak, running)
+    assert 0 < peak <= QA_CONCURRENCY, f"qa ran {peak} attempts at once"
+    claimed = sorted({(float(c), token, attempt) for k, token, attempt, _, _, q, c in entries
+                      if k == "BEGIN" and q == "qb"})  # fmt: skip
+    times = [c for c, _, _ in claimed]
+    for i in range(len(times) - QB_RATE):
+        assert times[i + QB_RATE] - times[i] >= QB_WINDOW_S - 1e-6, "qb passed its rate limit"

@@ -44,6 +44,7 @@ from pyweft.sync.handle import WorkflowHandle
 from pyweft.sync.loop import LoopThread, closed_error
 from pyweft.sync.published import PublishedMixin
 from pyweft.sync.queues import QueuesSync
+from pyweft.sync.workers_api import WorkersTwins
 
 if TYPE_CHECKING:
     from pyweft.engine.context import WorkflowContext
@@ -59,7 +60,7 @@ State = Literal["new", "opening", "open", "closing", "closed"]
 Started = Literal["started", "signalled"]
 
 
-class Engine(PublishedMixin, QueuesSync):
+class Engine(PublishedMixin, QueuesSync, WorkersTwins):
     """Runs durable workflows from synchronous code. Use ``with Engine(...) as engine``.
 
     Takes the same arguments as :class:`pyweft.Engine`. Construction starts one

@@ -312,8 +312,9 @@ class Worker:
                 await self._refuse(job)
                 return
             assert self._executor is not None
+            # The attempt started when it was claimed (the time a rate limit counts).
             result = await run_task(
-                task, act, self.codec, self._executor, self.clock.now(), self.id, job.actx
+                task, act, self.codec, self._executor, task.claimed_at, self.id, job.actx
             )
             result = msgspec.structs.replace(result, at=self.clock.now())
             async with job.lock:

@@ -37,6 +37,7 @@ _KEY_ONLY = (
     "st:",
     "lk:",
     "wfq:",  # workflow queues (engine/queues/layout.py)
+    "tk:",  # activity task queues (engine/tasks): tasks, claims, outcomes, workers, limits
 )
 
 
