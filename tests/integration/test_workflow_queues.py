@@ -233,3 +233,11 @@ async def test_the_test_kit_skips_time_through_rate_limit_windows() -> None:
         handles = [await env.engine.enqueue(queue, quick, f"h{i}") for i in range(3)]
         assert [await env.result(h) for h in handles] == ["h0", "h1", "h2"]
         assert 2 <= (env.now() - begin).total_seconds() / 3600 < 3  # one start an hour
+
+
+async def test_a_queue_registered_after_opening_is_dispatched(backend: Backend) -> None:
+    async with engine(backend) as eng:
+        later = eng.register_queue(Queue("later", concurrency=1))
+        assert eng.register_queue(Queue("later", concurrency=1)) is later  # equal: no-op
+        handle = await eng.enqueue("later", quick, "late")
+        assert await handle.result(timeout=5) == "late"

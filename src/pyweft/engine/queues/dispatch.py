@@ -90,8 +90,16 @@ class Dispatcher:
         self._ahead: dict[tuple[str, str], list[tuple[str, str, bytes | None]]] = {}
         self.dispatched = 0
         self._passing = False
+        self._starting = False
+
+    @property
+    def started(self) -> bool:
+        return self._starting
 
     async def start(self) -> None:
+        if self._starting:
+            return
+        self._starting = True
         listen = getattr(self._core.storage, "listen", None)
         if listen is not None:
             try:
@@ -238,8 +246,12 @@ class Dispatcher:
             recent = [k for k, _ in starts if layout.time_part(k) > since]
             expired = [k for k, _ in starts if layout.time_part(k) <= since]
             room = min(room, queue.rate_limit[0] - len(recent))
-            if room <= 0 and recent:
-                # Look again when the oldest start leaves the window.
+            if (
+                room <= 0
+                and recent
+                and await storage.scan(layout.waiting_prefix(name, part), limit=1)
+            ):
+                # Runs wait: look again when the oldest start leaves the window.
                 self._arm(name, layout.time_part(recent[0]) + queue.rate_window_s)
         if room <= 0:
             return 0
