@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -241,3 +243,36 @@ async def test_a_queue_registered_after_opening_is_dispatched(backend: Backend) 
         assert eng.register_queue(Queue("later", concurrency=1)) is later  # equal: no-op
         handle = await eng.enqueue("later", quick, "late")
         assert await handle.result(timeout=5) == "late"
+
+
+async def test_concurrency_is_shared_by_two_engines_on_one_sqlite_file(tmp_path: Path) -> None:
+    queue = Queue("shared", concurrency=2)
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    options: dict[str, Any] = {
+        "workflows": [held, quick],
+        "activities": [mark],
+        "queues": [queue],
+        "ownership": "workflow-lease",
+        "poll_interval": 0.05,
+    }
+    async with (
+        Engine(url, engine_id="a", **options) as a,
+        Engine(url, engine_id="b", **options) as b,
+    ):
+        for i in range(3):
+            await a.enqueue(queue, held, f"a{i}", id=f"a{i}")
+            await b.enqueue(queue, held, f"b{i}", id=f"b{i}")
+        await eventually(lambda: len(started) == 2, what="two started")
+        await asyncio.sleep(0.3)  # several polls of both engines
+        assert len(started) == 2
+        here = {name: a.is_running_here(name) or b.is_running_here(name) for name in started}
+        assert all(here.values())
+        for finished in range(6):
+            name = started[finished]
+            owner = a if a.is_running_here(name) else b
+            await owner.signal(name, "go")
+            await eventually(
+                lambda n=finished: len(started) == min(6, n + 3), what="the next run started"
+            )
+        assert sorted(started) == ["a0", "a1", "a2", "b0", "b1", "b2"]
+        assert (await a.queue_info("shared")).depth == 0
