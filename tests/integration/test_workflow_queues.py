@@ -16,6 +16,7 @@ from pyweft import (
     activity,
     workflow,
 )
+from pyweft.engine.visibility.integrity import check_records
 from support.backends import Backend
 from support.poll import eventually
 
@@ -82,6 +83,10 @@ async def test_runs_wait_enqueued_until_a_slot_frees(backend: Backend) -> None:
         assert [await h.result(timeout=5) for h in handles] == ["r0", "r1", "r2", "r3"]
         info = await eng.queue_info("imports")
         assert (info.depth, info.in_flight) == (0, 0)
+        # What `pyweft doctor` reads: every queue key is known and readable.
+        check = await check_records(eng.storage)
+        assert check.damaged == []
+        assert not [k for k in check.unrecognised if k.startswith("wfq:")]
 
 
 async def test_lower_priority_starts_first_and_fifo_within_a_priority(backend: Backend) -> None:
