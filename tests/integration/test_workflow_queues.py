@@ -281,3 +281,19 @@ async def test_concurrency_is_shared_by_two_engines_on_one_sqlite_file(tmp_path:
             )
         assert sorted(started) == ["a0", "a1", "a2", "b0", "b1", "b2"]
         assert (await a.queue_info("shared")).depth == 0
+
+
+async def test_a_run_whose_delay_ended_keeps_its_place_in_line(backend: Backend) -> None:
+    queue = Queue("line", concurrency=1)
+    async with engine(backend, queue) as eng:
+        await eng.enqueue(queue, held, "blocker", id="blocker")
+        await eventually(lambda: started == ["blocker"], what="blocker started")
+        await eng.enqueue(queue, held, "late", id="late", delay="30s")
+        for name in ("a", "b"):
+            await eng.enqueue(queue, held, name, id=name)
+        backend.clock.advance(30)
+        await asyncio.sleep(0.05)
+        for count, name in enumerate(("blocker", "late", "a"), start=2):
+            await eng.signal(name, "go")
+            await eventually(lambda n=count: len(started) == n, what=f"after {name}")
+        assert started == ["blocker", "late", "a", "b"]

@@ -338,7 +338,11 @@ class Dispatcher:
         a run enqueued later (by another process) may belong before those read."""
         if queue.priority:
             return
-        entries, _, _ = await self._head(queue, part, min(MAX_BATCH, queue.concurrency or 64), now)
+        entries, next_due, _ = await self._head(
+            queue, part, min(MAX_BATCH, queue.concurrency or 64), now
+        )
+        if next_due is not None:
+            self._arm(queue.name, next_due)
         if entries:
             self._ahead[(queue.name, part)] = await self._with_states(entries)
 
@@ -457,6 +461,9 @@ class Dispatcher:
 
         def due() -> None:
             self._timers.pop(queue, None)
+            # A run whose delay ended may belong before the runs read ahead: read again.
+            for key in [k for k in self._ahead if k[0] == queue]:
+                del self._ahead[key]
             self.poke(queue)
 
         self._timers[queue] = (when, self._core.clock.call_at(when, due))
