@@ -297,3 +297,14 @@ async def test_a_run_whose_delay_ended_keeps_its_place_in_line(backend: Backend)
             await eng.signal(name, "go")
             await eventually(lambda n=count: len(started) == n, what=f"after {name}")
         assert started == ["blocker", "late", "a", "b"]
+
+
+async def test_a_signal_sent_while_enqueued_waits_for_the_run(backend: Backend) -> None:
+    queue = Queue("early", concurrency=1)
+    async with engine(backend, queue) as eng:
+        await eng.enqueue(queue, held, "first", id="first")
+        await eventually(lambda: started == ["first"], what="first started")
+        second = await eng.enqueue(queue, held, "second", id="second")
+        await eng.signal("second", "go")  # buffered while it waits in the queue
+        await eng.signal("first", "go")
+        assert await second.result(timeout=5) == "second"
