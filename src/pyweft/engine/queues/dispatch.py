@@ -69,6 +69,7 @@ class Dispatcher:
         self._core = core
         self._queues = queues
         self._engine_id = engine_id
+        self._me: bytes | None = None  # this engine's id, as slot records hold it
         self._dirty: set[str] = set()
         self._kick = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -224,7 +225,7 @@ class Dispatcher:
             results = await read_many(storage, reads)
             slots = results[0]
             assert isinstance(slots, list)
-            me = self._engine_id().encode()
+            me = self._my_id()
             counter = counter_raw or b""
             held, mine = len(slots), sum(1 for _, v in slots if v == me)
             # Counted after the read: a run that ended while it was under way counts as
@@ -361,7 +362,7 @@ class Dispatcher:
         conds: list[Expect] = []
         chosen: list[tuple[WorkflowState, bytes, Claim | None]] = []
         claims = core.claims
-        me = self._engine_id().encode()
+        me = self._my_id()
         plans: dict[str, ClaimPlan | None] = {}
         if claims is not None:  # under workflow-lease: the claims join the dispatch batch
             ids = [run_id for _, run_id, raw in picked if raw is not None]
@@ -431,6 +432,13 @@ class Dispatcher:
             run.done.add_done_callback(functools.partial(self._finished, queue.name, part))
         self.dispatched += len(chosen)
         return len(chosen)
+
+    def _my_id(self) -> bytes:
+        """The engine's id (fixed once it is open; computing the default costs a hash of
+        its registrations, so it is computed once)."""
+        if self._me is None:
+            self._me = self._engine_id().encode()
+        return self._me
 
     def _finished(self, queue: str, part: str, done: asyncio.Future[WorkflowState]) -> None:
         ended = not done.cancelled() and done.exception() is None
