@@ -92,6 +92,7 @@ class Dispatcher:
         self.dispatched = 0
         self._passing = False
         self._starting = False
+        self._announcing: set[asyncio.Task[None]] = set()
 
     @property
     def started(self) -> bool:
@@ -379,8 +380,9 @@ class Dispatcher:
                 self._foreign.add(run_id)
                 continue
             if state.status != "enqueued":
-                if state.queue_wait_key != wait_key or state.status != "enqueued":
-                    ops.append(Delete(key=wait_key))  # left the queue already
+                # Left the queue already (the batch that moved it deleted this entry, or
+                # should have): make sure it is gone.
+                ops.append(Delete(key=wait_key))
                 continue
             definition = core.workflows.get(state.type)
             if definition is None or definition.version != state.version:
@@ -449,7 +451,9 @@ class Dispatcher:
             self._known.pop((queue, part), None)  # stopped without ending: read again
         self.poke(queue)
         if self._notify is not None and self._core.state == "open":
-            asyncio.get_running_loop().create_task(self.announce())
+            task = asyncio.get_running_loop().create_task(self.announce())
+            self._announcing.add(task)  # held until done (the loop keeps weak references)
+            task.add_done_callback(self._announcing.discard)
 
     async def _settle_unsure(self) -> None:
         """Runs a batch with a lost reply may have started: drive those that did."""
