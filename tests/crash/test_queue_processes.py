@@ -117,4 +117,4 @@ def run_proof(runs: int, timeout_s: float) -> None:
 
 @pytest.mark.postgres
 def test_three_engines_never_run_more_than_the_queue_allows_even_after_a_kill() -> None:
-    run_proof(runs=90, timeout_s=60)
+    run_proof(runs=60, timeout_s=60)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,6 +16,7 @@ from pyweft import (
     activity,
     workflow,
 )
+from pyweft.engine.visibility.integrity import check_records
 from support.backends import Backend
 from support.poll import eventually
 
@@ -80,6 +83,10 @@ async def test_runs_wait_enqueued_until_a_slot_frees(backend: Backend) -> None:
         assert [await h.result(timeout=5) for h in handles] == ["r0", "r1", "r2", "r3"]
         info = await eng.queue_info("imports")
         assert (info.depth, info.in_flight) == (0, 0)
+        # What `pyweft doctor` reads: every queue key is known and readable.
+        check = await check_records(eng.storage)
+        assert check.damaged == []
+        assert not [k for k in check.unrecognised if k.startswith("wfq:")]
 
 
 async def test_lower_priority_starts_first_and_fifo_within_a_priority(backend: Backend) -> None:
@@ -233,3 +240,71 @@ async def test_the_test_kit_skips_time_through_rate_limit_windows() -> None:
         handles = [await env.engine.enqueue(queue, quick, f"h{i}") for i in range(3)]
         assert [await env.result(h) for h in handles] == ["h0", "h1", "h2"]
         assert 2 <= (env.now() - begin).total_seconds() / 3600 < 3  # one start an hour
+
+
+async def test_a_queue_registered_after_opening_is_dispatched(backend: Backend) -> None:
+    async with engine(backend) as eng:
+        later = eng.register_queue(Queue("later", concurrency=1))
+        assert eng.register_queue(Queue("later", concurrency=1)) is later  # equal: no-op
+        handle = await eng.enqueue("later", quick, "late")
+        assert await handle.result(timeout=5) == "late"
+
+
+async def test_concurrency_is_shared_by_two_engines_on_one_sqlite_file(tmp_path: Path) -> None:
+    queue = Queue("shared", concurrency=2)
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    options: dict[str, Any] = {
+        "workflows": [held, quick],
+        "activities": [mark],
+        "queues": [queue],
+        "ownership": "workflow-lease",
+        "poll_interval": 0.05,
+    }
+    async with (
+        Engine(url, engine_id="a", **options) as a,
+        Engine(url, engine_id="b", **options) as b,
+    ):
+        for i in range(3):
+            await a.enqueue(queue, held, f"a{i}", id=f"a{i}")
+            await b.enqueue(queue, held, f"b{i}", id=f"b{i}")
+        await eventually(lambda: len(started) == 2, what="two started")
+        await asyncio.sleep(0.3)  # several polls of both engines
+        assert len(started) == 2
+        here = {name: a.is_running_here(name) or b.is_running_here(name) for name in started}
+        assert all(here.values())
+        for finished in range(6):
+            name = started[finished]
+            owner = a if a.is_running_here(name) else b
+            await owner.signal(name, "go")
+            await eventually(
+                lambda n=finished: len(started) == min(6, n + 3), what="the next run started"
+            )
+        assert sorted(started) == ["a0", "a1", "a2", "b0", "b1", "b2"]
+        assert (await a.queue_info("shared")).depth == 0
+
+
+async def test_a_run_whose_delay_ended_keeps_its_place_in_line(backend: Backend) -> None:
+    queue = Queue("line", concurrency=1)
+    async with engine(backend, queue) as eng:
+        await eng.enqueue(queue, held, "blocker", id="blocker")
+        await eventually(lambda: started == ["blocker"], what="blocker started")
+        await eng.enqueue(queue, held, "late", id="late", delay="30s")
+        for name in ("a", "b"):
+            await eng.enqueue(queue, held, name, id=name)
+        backend.clock.advance(30)
+        await asyncio.sleep(0.05)
+        for count, name in enumerate(("blocker", "late", "a"), start=2):
+            await eng.signal(name, "go")
+            await eventually(lambda n=count: len(started) == n, what=f"after {name}")
+        assert started == ["blocker", "late", "a", "b"]
+
+
+async def test_a_signal_sent_while_enqueued_waits_for_the_run(backend: Backend) -> None:
+    queue = Queue("early", concurrency=1)
+    async with engine(backend, queue) as eng:
+        await eng.enqueue(queue, held, "first", id="first")
+        await eventually(lambda: started == ["first"], what="first started")
+        second = await eng.enqueue(queue, held, "second", id="second")
+        await eng.signal("second", "go")  # buffered while it waits in the queue
+        await eng.signal("first", "go")
+        assert await second.result(timeout=5) == "second"

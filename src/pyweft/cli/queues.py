@@ -35,6 +35,11 @@ def _rate(info: QueueInfo) -> str:
     return f"{info.recent_starts}/{count} per {format_duration(window)}"
 
 
+def _age(seconds: float) -> str:
+    """A waiting time for people: whole seconds past ten seconds, tenths below."""
+    return format_duration(round(seconds) if seconds >= 10 else round(seconds, 1))
+
+
 def _table(items: list[QueueInfo]) -> Table:
     table = Table(box=None, header_style="bold")
     for column in (
@@ -53,7 +58,7 @@ def _table(items: list[QueueInfo]) -> Table:
             escape(q.name),
             depth,
             str(q.in_flight),
-            "-" if q.oldest_wait_s is None else format_duration(q.oldest_wait_s),
+            "-" if q.oldest_wait_s is None else _age(q.oldest_wait_s),
             _rate(q),
             _limit(q.concurrency),
             _limit(q.worker_concurrency),

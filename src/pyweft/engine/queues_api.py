@@ -4,6 +4,7 @@ reading queue depth and limits. ``Engine`` inherits it; the work happens in
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import contextlib
 from collections.abc import Awaitable, Callable, Iterable
@@ -67,8 +68,11 @@ class QueuesAPI:
                 )
             return held
         self._queues[queue.name] = queue
-        if self._dispatcher is not None:
-            self._dispatcher.poke(queue.name)
+        dispatcher = self._dispatcher
+        if dispatcher is not None:
+            if not dispatcher.started:  # the engine opened with no queue
+                asyncio.get_running_loop().create_task(dispatcher.start())
+            dispatcher.poke(queue.name)
         return queue
 
     @property
@@ -82,11 +86,12 @@ class QueuesAPI:
             return
         for queue in self._queues.values():
             await self._store_definition(queue)
-        if core.drives and self._queues:
+        if core.drives:
             self._dispatcher = Dispatcher(
                 core, self._queues, lambda: str(cast(Any, self).engine_id)
             )
-            await self._dispatcher.start()
+            if self._queues:  # else started by the first register_queue
+                await self._dispatcher.start()
 
     async def _close_queues(self) -> None:
         dispatcher, self._dispatcher = self._dispatcher, None

@@ -69,6 +69,7 @@ class Dispatcher:
         self._core = core
         self._queues = queues
         self._engine_id = engine_id
+        self._me: bytes | None = None  # this engine's id, as slot records hold it
         self._dirty: set[str] = set()
         self._kick = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -90,8 +91,17 @@ class Dispatcher:
         self._ahead: dict[tuple[str, str], list[tuple[str, str, bytes | None]]] = {}
         self.dispatched = 0
         self._passing = False
+        self._starting = False
+        self._announcing: set[asyncio.Task[None]] = set()
+
+    @property
+    def started(self) -> bool:
+        return self._starting
 
     async def start(self) -> None:
+        if self._starting:
+            return
+        self._starting = True
         listen = getattr(self._core.storage, "listen", None)
         if listen is not None:
             try:
@@ -216,7 +226,7 @@ class Dispatcher:
             results = await read_many(storage, reads)
             slots = results[0]
             assert isinstance(slots, list)
-            me = self._engine_id().encode()
+            me = self._my_id()
             counter = counter_raw or b""
             held, mine = len(slots), sum(1 for _, v in slots if v == me)
             # Counted after the read: a run that ended while it was under way counts as
@@ -238,8 +248,12 @@ class Dispatcher:
             recent = [k for k, _ in starts if layout.time_part(k) > since]
             expired = [k for k, _ in starts if layout.time_part(k) <= since]
             room = min(room, queue.rate_limit[0] - len(recent))
-            if room <= 0 and recent:
-                # Look again when the oldest start leaves the window.
+            if (
+                room <= 0
+                and recent
+                and await storage.scan(layout.waiting_prefix(name, part), limit=1)
+            ):
+                # Runs wait: look again when the oldest start leaves the window.
                 self._arm(name, layout.time_part(recent[0]) + queue.rate_window_s)
         if room <= 0:
             return 0
@@ -326,7 +340,11 @@ class Dispatcher:
         a run enqueued later (by another process) may belong before those read."""
         if queue.priority:
             return
-        entries, _, _ = await self._head(queue, part, min(MAX_BATCH, queue.concurrency or 64), now)
+        entries, next_due, _ = await self._head(
+            queue, part, min(MAX_BATCH, queue.concurrency or 64), now
+        )
+        if next_due is not None:
+            self._arm(queue.name, next_due)
         if entries:
             self._ahead[(queue.name, part)] = await self._with_states(entries)
 
@@ -345,7 +363,7 @@ class Dispatcher:
         conds: list[Expect] = []
         chosen: list[tuple[WorkflowState, bytes, Claim | None]] = []
         claims = core.claims
-        me = self._engine_id().encode()
+        me = self._my_id()
         plans: dict[str, ClaimPlan | None] = {}
         if claims is not None:  # under workflow-lease: the claims join the dispatch batch
             ids = [run_id for _, run_id, raw in picked if raw is not None]
@@ -362,8 +380,9 @@ class Dispatcher:
                 self._foreign.add(run_id)
                 continue
             if state.status != "enqueued":
-                if state.queue_wait_key != wait_key or state.status != "enqueued":
-                    ops.append(Delete(key=wait_key))  # left the queue already
+                # Left the queue already (the batch that moved it deleted this entry, or
+                # should have): make sure it is gone.
+                ops.append(Delete(key=wait_key))
                 continue
             definition = core.workflows.get(state.type)
             if definition is None or definition.version != state.version:
@@ -416,6 +435,13 @@ class Dispatcher:
         self.dispatched += len(chosen)
         return len(chosen)
 
+    def _my_id(self) -> bytes:
+        """The engine's id (fixed once it is open; computing the default costs a hash of
+        its registrations, so it is computed once)."""
+        if self._me is None:
+            self._me = self._engine_id().encode()
+        return self._me
+
     def _finished(self, queue: str, part: str, done: asyncio.Future[WorkflowState]) -> None:
         ended = not done.cancelled() and done.exception() is None
         if ended and done.result().status in records.TERMINAL_STATUSES:
@@ -425,7 +451,9 @@ class Dispatcher:
             self._known.pop((queue, part), None)  # stopped without ending: read again
         self.poke(queue)
         if self._notify is not None and self._core.state == "open":
-            asyncio.get_running_loop().create_task(self.announce())
+            task = asyncio.get_running_loop().create_task(self.announce())
+            self._announcing.add(task)  # held until done (the loop keeps weak references)
+            task.add_done_callback(self._announcing.discard)
 
     async def _settle_unsure(self) -> None:
         """Runs a batch with a lost reply may have started: drive those that did."""
@@ -445,6 +473,9 @@ class Dispatcher:
 
         def due() -> None:
             self._timers.pop(queue, None)
+            # A run whose delay ended may belong before the runs read ahead: read again.
+            for key in [k for k in self._ahead if k[0] == queue]:
+                del self._ahead[key]
             self.poke(queue)
 
         self._timers[queue] = (when, self._core.clock.call_at(when, due))
