@@ -155,6 +155,8 @@ class DefaultPayloadCodec:
                 path=path,
             ) from exc
         except msgspec.DecodeError as exc:
+            if data[:4] == _FRAMED:  # compressed/encrypted by a ChainCodec: undo what needs no key
+                return self.decode(_unframe(data), into)
             raise _malformed(exc) from exc
 
     # --- decoding helpers ---------------------------------------------------------
@@ -182,6 +184,8 @@ class DefaultPayloadCodec:
         Untyped signatures share one plain-tuple decoder (key length -1);
         typed ones get a fixed-length tuple decoder per array length seen.
         """
+        if data[:4] == _FRAMED:
+            data = _unframe(data)
         try:
             decoder = self._args_decoders.get((types, -1))
             if decoder is None:
@@ -480,6 +484,15 @@ def _msgpack_array_length(data: bytes) -> int | None:
 
 
 # --- helpers the engine uses ------------------------------------------------------
+
+
+_FRAMED = b"\xc1PW\x01"  # 0xC1 is never MessagePack: a frame of pyweft.codecs
+
+
+def _unframe(data: bytes) -> bytes:
+    from pyweft.codecs.keyless import unframe
+
+    return unframe(data)
 
 
 def payload_size_error(size: int, limit: int, *, what: str) -> PayloadError:

@@ -65,6 +65,11 @@ class _ReplayFilter(logging.LoggerAdapter):  # type: ignore[type-arg]
     def isEnabledFor(self, level: int) -> bool:
         return not self._run.replaying and super().isEnabledFor(level)
 
+    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
+        # The step the workflow took last: where in the run this record was made.
+        kwargs["extra"] = {**self.extra, "step": self._run.steps_taken, **kwargs.get("extra", {})}  # type: ignore[dict-item]
+        return msg, kwargs
+
 
 class WorkflowContext:
     """Passed as the first argument to every workflow function."""

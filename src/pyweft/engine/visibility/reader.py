@@ -10,6 +10,8 @@ from datetime import datetime
 from typing import Any
 
 from pyweft.codec import PayloadCodec
+from pyweft.codecs.encryption import EncryptedPayloadError
+from pyweft.codecs.keyless import placeholder
 from pyweft.definitions import WorkflowDefinition
 from pyweft.engine.replay import keys, quarantine, records
 from pyweft.engine.replay.info import (
@@ -137,8 +139,18 @@ class Visibility:
         try:
             definition = self._workflows.get(state.type)
             return self._codec.decode(state.result, definition.result_type if definition else Any)
+        except EncryptedPayloadError as exc:  # shown as what it is, not as a failure
+            return placeholder(exc)
         except PyweftError:
-            return self._codec.decode(state.result)
+            return self._shown(state.result)
+
+    def _shown(self, data: bytes) -> Any:
+        """A payload for display: an encrypted one this process has no key for is shown
+        as ``<encrypted: aes-gcm, key ...>`` rather than failing the whole answer."""
+        try:
+            return self._codec.decode(data)
+        except EncryptedPayloadError as exc:
+            return placeholder(exc)
 
     def _listed_result(self, state: WorkflowState) -> Any:
         """The result for a listing, where one damaged payload must not fail the page."""
@@ -217,7 +229,7 @@ class Visibility:
         )
         last = max((r.finished_at for r in loaded.journal.values()), default=None)
         beats = {
-            p.step: self._codec.decode(p.heartbeat)
+            p.step: self._shown(p.heartbeat)
             for p in loaded.pendings.values()
             if p.heartbeat is not None and p.step not in loaded.journal
         }
@@ -246,7 +258,7 @@ class Visibility:
         for rec in loaded.journal.values():
             result = None
             if rec.ok and rec.value is not None:
-                result = self._codec.decode(rec.value)
+                result = self._shown(rec.value)
             steps.append(
                 StepInfo(
                     step=rec.step,
@@ -276,7 +288,7 @@ class Visibility:
                     next_attempt_at=to_datetime(pend.deadline) if pend.deadline else None,
                     heartbeat_details=None
                     if pend.heartbeat is None
-                    else self._codec.decode(pend.heartbeat),
+                    else self._shown(pend.heartbeat),
                     heartbeat_at=(
                         None if pend.heartbeat_at is None else to_datetime(pend.heartbeat_at)
                     ),
