@@ -145,10 +145,15 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=100_000)
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--samples", type=int, default=10)
+    parser.add_argument(
+        "--store", help="SQLite file to seed once and reuse on later runs (default: a fresh temp)"
+    )
     opts = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="pyweft-dash-bench-") as tmp:
-        db = f"sqlite:///{tmp}/bench.db"
-        asyncio.run(seed(db, opts.runs, opts.steps))
+        path = Path(opts.store) if opts.store else Path(tmp) / "bench.db"
+        db = f"sqlite:///{path}"
+        if not path.exists():
+            asyncio.run(seed(db, opts.runs, opts.steps))
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]

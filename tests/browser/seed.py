@@ -17,6 +17,7 @@ async def seed(url: str, *, steps: int = 40) -> None:
         await done.result(timeout=60)
         for i in range(3):
             await engine.start(checkout, Order(sku=f"sku-{i}", quantity=i + 1), id=f"order-{i}")
+            await engine.set_attributes(f"order-{i}", {"region": "eu" if i == 0 else "us"})
         await engine.start(many_steps, -1, id="bad-run")  # completes at once with 0
         await engine.create_schedule("nightly-report", nightly, cron="0 3 * * *")
 

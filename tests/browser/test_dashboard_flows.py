@@ -82,6 +82,18 @@ def test_the_runs_list_filters_by_status_and_keeps_the_filter_in_the_url(page: P
         "the kept filter",
     )
     page.shot("runs-filtered")
+
+    page.open("runs")
+    page.css("#runs-table tbody tr")
+    page.css("input[name=attribute]").send_keys("region=eu")
+    page.css("#apply-filters").click()
+    page.until(lambda: "attribute.region=eu" in page.d.current_url, "the attribute in the URL")
+    page.until(
+        lambda: (
+            [r.get_attribute("data-id") for r in page.all("#runs-table tbody tr")] == ["order-0"]
+        ),
+        "only the run in region eu",
+    )
     assert page.console_errors() == []
 
 

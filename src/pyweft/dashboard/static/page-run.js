@@ -49,14 +49,21 @@ function lineage(run, children) {
   return items.length ? h("ul", { id: "lineage" }, items) : h("p", { class: "muted" }, "No parent, fork or children.");
 }
 
-function events(list) {
+const EVENTS_SHOWN = 200;
+
+function events(list, all) {
   if (!list.length) return h("p", { class: "muted" }, "No events recorded.");
-  return table(
+  const shown = all || list.length <= EVENTS_SHOWN ? list : list.slice(-EVENTS_SHOWN);
+  const more =
+    shown.length < list.length
+      ? h("button", { type: "button", class: "link", id: "all-events" }, `Show all ${list.length} events`)
+      : null;
+  return h("div", {}, more ? h("p", { class: "muted" }, `The latest ${shown.length} of ${list.length}. `, more) : null, table(
     ["When", "Kind", "Step", "Detail"],
-    list.map((e) =>
+    shown.map((e) =>
       h("tr", {}, h("td", {}, fmtTime(e.at)), h("td", {}, h("span", { class: `kind k-${e.kind}` }, e.kind)), h("td", {}, e.step ?? ""), h("td", {}, h("code", {}, e.detail ? JSON.stringify(e.detail) : ""))),
     ),
-  );
+  ));
 }
 
 function messageForm(id, kind, scopes, reply) {
@@ -179,6 +186,7 @@ export async function runPage({ main, onLeave }, id) {
   };
   let lastStatus = null;
   let shownTokens = null;
+  let allEvents = false;
   let stepCount = -1;
   async function load() {
     const [run, history, children, reviews, waiting] = await Promise.all([
@@ -195,7 +203,10 @@ export async function runPage({ main, onLeave }, id) {
     if (tokens !== shownTokens) clear(slots.waiting, pendingActivities(waiting.items, () => schedule()));
     shownTokens = tokens;
     clear(slots.timeline, section(`Timeline (${history.steps.length} steps)`, timeline(run, history.steps)));
-    clear(slots.events, section("Events", events(history.events)));
+    const eventsBox = section("Events", events(history.events, allEvents));
+    const showAll = eventsBox.querySelector("#all-events");
+    if (showAll) showAll.addEventListener("click", () => { allEvents = true; schedule(); });
+    clear(slots.events, eventsBox);
     clear(slots.lineage, section("Lineage", lineage(run, children.items)));
     // The forms keep what the user typed unless the run's state changes what is allowed.
     if (run.status !== lastStatus || history.steps.length !== stepCount) {

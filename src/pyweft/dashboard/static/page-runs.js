@@ -20,6 +20,8 @@ function filterForm(params, types) {
   ]);
   const idPrefix = h("input", { name: "id_prefix", value: params.get("id_prefix") || "", autocomplete: "off" });
   const tag = h("input", { name: "tag", value: params.get("tag") || "", autocomplete: "off" });
+  const attrs = [...params.entries()].filter(([k]) => k.startsWith("attribute.")).map(([k, v]) => `${k.slice(10)}=${v}`);
+  const attribute = h("input", { name: "attribute", value: attrs.join(", "), autocomplete: "off", placeholder: "region=eu, amount.gte=10" });
   const after = h("input", { type: "datetime-local", name: "created_after", value: localValue(params.get("created_after")) });
   const before = h("input", { type: "datetime-local", name: "created_before", value: localValue(params.get("created_before")) });
   const form = h(
@@ -29,6 +31,7 @@ function filterForm(params, types) {
     labelled("Type", type),
     labelled("Id starts with", idPrefix),
     labelled("Tag", tag),
+    labelled("Search attributes", attribute),
     labelled("Created after", after),
     labelled("Created before", before),
     h("div", { class: "field end" }, h("button", { type: "submit", id: "apply-filters" }, "Apply"), h("a", { href: "#/runs", class: "button" }, "Clear")),
@@ -40,6 +43,11 @@ function filterForm(params, types) {
       let value = form.elements[name].value.trim();
       if (value && form.elements[name].type === "datetime-local") value = new Date(value).toISOString();
       if (value) next.set(name, value);
+    }
+    // "name=value" or "name.gte=value", comma separated: the API's attribute.<...> filters.
+    for (const pair of attribute.value.split(",")) {
+      const at = pair.indexOf("=");
+      if (at > 0) next.set("attribute." + pair.slice(0, at).trim(), pair.slice(at + 1).trim());
     }
     location.hash = "#/runs" + (next.toString() ? "?" + next : "");
   });
@@ -63,6 +71,7 @@ function row(run) {
 export async function runsPage({ main, params, onLeave }) {
   const query = {};
   for (const name of [...FILTERS, "cursor"]) if (params.get(name)) query[name] = params.get(name);
+  for (const [name, value] of params.entries()) if (name.startsWith("attribute.")) query[name] = value;
   const [page, registry] = await Promise.all([
     get("/workflows" + qs({ ...query, limit: 50 })),
     session.can("system:read") ? get("/registry") : Promise.resolve({ workflows: [] }),
