@@ -12,15 +12,15 @@ import pytest
 
 pytest.importorskip("mcp")
 
-import httpx2  # noqa: E402  (the SDK's HTTP client, installed with mcp)
-from mcp import Client  # noqa: E402
-from mcp.client.streamable_http import streamable_http_client  # noqa: E402
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
-from pyweft import Engine  # noqa: E402
-from pyweft.server import ServerAuth  # noqa: E402
-from pyweft.server.keys import ApiKeyStore  # noqa: E402
+from pyweft import Engine
+from pyweft.server import ServerAuth
+from pyweft.server.keys import ApiKeyStore
 
-from .live import live_server  # noqa: E402
+from .live import live_server
 
 
 @asynccontextmanager

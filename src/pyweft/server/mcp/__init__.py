@@ -10,11 +10,12 @@ MCP_EXTRA_HINT = "install the MCP extra: pip install 'pyweft[mcp]'"
 
 def mcp_available() -> bool:
     """Whether the official MCP SDK (the ``mcp`` package) can be imported."""
-    import importlib.util
-
-    return importlib.util.find_spec("mcp") is not None and (
-        importlib.util.find_spec("mcp_types") is not None
-    )
+    try:
+        import mcp  # noqa: F401
+        import mcp_types  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 __all__ = ["MCP_EXTRA_HINT", "mcp_available"]

@@ -71,8 +71,10 @@ class McpEndpoint:
         found = await state.authenticator.principal(request)
         principal = found[0]
         if state.limiter is not None:
-            who = principal.subject if principal.authenticated else "ip:" + (
-                request.client.host if request.client else "unknown"
+            who = (
+                principal.subject
+                if principal.authenticated
+                else "ip:" + (request.client.host if request.client else "unknown")
             )
             wait = state.limiter.hit(who)
             if wait is not None:

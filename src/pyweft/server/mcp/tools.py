@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyweft import Engine, InvalidArgumentError, ResultTimeoutError
-from pyweft.client.wire import info_to_json, loads, page_to_json
 from pyweft.client.wire import dumps as wire_dumps
+from pyweft.client.wire import info_to_json, loads, page_to_json
 
 MAX_WAIT_S = 60.0
 _NAME_OK = re.compile(r"[^A-Za-z0-9_.-]")
