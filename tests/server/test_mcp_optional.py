@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from pyweft.cli.main import app
 
 # Runs with `mcp` made unimportable, as when pyweft[mcp] is not installed.
 SCRIPT = textwrap.dedent(
@@ -43,16 +48,22 @@ def test_server_without_the_mcp_extra_serves_rest_and_answers_mcp_with_a_hint() 
     assert imported == "False"
 
 
-def test_pyweft_mcp_without_the_extra_is_a_usage_error_naming_it() -> None:
-    code = "import sys; sys.modules['mcp'] = None; from pyweft.cli.main import main; main()"
-    env = {k: v for k, v in os.environ.items() if k != "PYWEFT_DATABASE_URL"}
-    done = subprocess.run(
-        [sys.executable, "-c", code, "mcp", "--client"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        check=False,
-    )
-    assert done.returncode == 2
+def test_pyweft_mcp_without_the_extra_is_a_usage_error_naming_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setitem(sys.modules, "mcp", None)  # `import mcp` now fails
+    done = _runner().invoke(app, ["mcp", "--db", str(tmp_path / "x.db"), "--client"])
+    assert done.exit_code == 2
     assert "pyweft[mcp]" in done.stderr
+    assert not (tmp_path / "x.db").exists()
+
+
+def test_pyweft_mcp_without_app_or_client_is_a_usage_error(tmp_path: Path) -> None:
+    done = _runner().invoke(app, ["mcp", "--db", str(tmp_path / "x.db")])
+    assert done.exit_code == 2
+    assert "--app MODULE" in done.stderr
+    assert not (tmp_path / "x.db").exists()
+
+
+def _runner() -> CliRunner:
+    return CliRunner(env={"COLUMNS": "200", "NO_COLOR": "1", "PYWEFT_DATABASE_URL": None})

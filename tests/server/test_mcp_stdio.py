@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -60,17 +59,3 @@ async def test_stdio_session_starts_a_workflow_and_reads_its_result(tmp_path: Pa
         again = await client.call_tool("start_greet", {"name": "ada", "workflow_id": "g-1"})
         assert again.is_error
         assert "WorkflowAlreadyExistsError" in again.content[0].text
-
-
-def test_mcp_without_app_or_client_is_a_usage_error(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "pyweft.cli.main", "mcp", "--db", f"{tmp_path / 'x.db'}"],
-        capture_output=True,
-        text=True,
-        env=_env(tmp_path),
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 2
-    assert "--app MODULE" in done.stderr
-    assert not (tmp_path / "x.db").exists()
