@@ -18,6 +18,7 @@ from pyweft.cli import (
     demo,
     doctor,
     keys,
+    mcp,
     purge,
     queues,
     render,
@@ -73,6 +74,7 @@ app.add_typer(versions.app, name="versions")
 app.add_typer(queues.app, name="queues")
 app.command("serve")(serve.serve)
 app.add_typer(keys.app, name="keys")
+app.command("mcp")(mcp.mcp)
 app.command("worker")(worker.worker)
 app.add_typer(workers.app, name="workers")
 

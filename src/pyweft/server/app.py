@@ -44,6 +44,8 @@ from pyweft.server.calls import JSON, Call, Endpoint, read_json
 from pyweft.server.cors import CorsConfig, origin_allowed
 from pyweft.server.feeds import EventJournal, StreamSlots
 from pyweft.server.keys import ApiKeyStore
+from pyweft.server.mcp.http import PATH as MCP_PATH
+from pyweft.server.mcp.http import McpEndpoint
 from pyweft.server.metrics import ServerMetrics
 
 log = logging.getLogger("pyweft.server")
@@ -228,6 +230,8 @@ def create_app(
         return Response(state.metrics.render(), media_type="text/plain; version=0.0.4")
 
     routes.append(Route(API_PREFIX + "/metrics", metrics, methods=["GET"]))
+    mcp = McpEndpoint(state)  # MCP tools behind the same auth; imports `mcp` on first use
+    routes.append(Route(MCP_PATH, mcp, methods=["GET", "POST", "DELETE"]))
     if dashboard:
         from pyweft.dashboard import dashboard_routes
 
@@ -239,6 +243,7 @@ def create_app(
         try:
             yield
         finally:
+            await mcp.close()
             await state.journal.close()
 
     middleware: list[Middleware] = []

@@ -1,0 +1,83 @@
+"""The MCP server object (from the official ``mcp`` SDK) for an engine's tools.
+
+Imports ``mcp``: only :mod:`pyweft.server.mcp.http` (on the first request to
+``/api/mcp``) and ``pyweft mcp`` load this module, so the rest of the server works
+without the ``pyweft[mcp]`` extra.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import mcp_types as types
+from mcp.server import Server, ServerRequestContext
+
+import pyweft
+from pyweft import Engine, PyweftError
+from pyweft.server.mcp import tools
+
+# Decides whether the caller of one request may use a tool needing any of ``scopes``:
+# returns nothing, or raises PermissionDeniedError / AuthenticationError.
+Guard = Callable[[ServerRequestContext[Any, Any], str, tuple[str, ...]], None]
+
+INSTRUCTIONS = (
+    "Tools of a pyweft durable-execution engine. start_<type> starts a run of that "
+    "workflow with named arguments (start_workflow takes positional ones); "
+    "workflow_result waits for its result; list_workflows and describe_workflow read "
+    "runs; signal_workflow, query_workflow, update_workflow and cancel_workflow act on one."
+)
+
+
+def _error(exc: PyweftError) -> types.CallToolResult:
+    body = {"error": {"code": exc.code, "message": str(exc)}}
+    return types.CallToolResult(
+        content=[types.TextContent(text=f"{exc.code}: {exc}")],
+        structured_content=body,
+        is_error=True,
+    )
+
+
+def build_server(engine: Engine, guard: Guard | None = None) -> Server[Any]:
+    """An MCP ``Server`` whose tools drive ``engine`` through its public API. ``guard``
+    checks each tool call's scopes (``None``: every tool is allowed, as over stdio)."""
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(
+            tools=[
+                types.Tool(name=t.name, description=t.description, input_schema=t.input_schema)
+                for t in tools.all_tools(engine).values()
+            ]
+        )
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        spec = tools.all_tools(engine).get(params.name)
+        if spec is None:
+            return _error(
+                pyweft.InvalidArgumentError(
+                    f"no tool {params.name!r}; list_tools shows the tools this server has"
+                )
+            )
+        try:
+            if guard is not None:
+                guard(ctx, spec.name, spec.scopes)
+            value = await tools.call(spec, engine, params.arguments)
+        except PyweftError as exc:
+            return _error(exc)
+        return types.CallToolResult(
+            content=[types.TextContent(text=json.dumps(value))],
+            structured_content=value,
+        )
+
+    return Server(
+        "pyweft",
+        version=pyweft.__version__,
+        instructions=INSTRUCTIONS,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
