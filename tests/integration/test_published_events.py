@@ -182,3 +182,27 @@ async def test_a_stream_write_cannot_be_a_race_branch(backend: Backend) -> None:
     async with backend.engine(workflows=[races_a_write]) as engine:
         result = await (await engine.start(races_a_write, id="r")).result(timeout=5)
     assert "cannot be a branch of ctx.race" in result
+
+
+@workflow
+async def closes_twice(ctx: WorkflowContext) -> str:
+    out = ctx.stream("s")
+    await out.write(1)
+    await out.close()
+    await out.close()
+    try:
+        await out.write(2)
+    except WorkflowUsageError as exc:
+        return str(exc)
+    return "wrote"
+
+
+async def test_closing_twice_is_harmless_and_a_closed_stream_refuses_writes(
+    backend: Backend,
+) -> None:
+    async with backend.engine(workflows=[closes_twice]) as engine:
+        handle = await engine.start(closes_twice, id="c2")
+        assert "is closed" in await handle.result(timeout=5)
+        assert [c async for c in engine.read_stream("c2", "s")] == [1]
+        kinds = [s.kind for s in await handle.history()]
+    assert kinds == ["stream", "stream_close", "stream_close"]

@@ -100,15 +100,15 @@ async def write(run: Run, step: int, key: str, chunk: Any, close: bool) -> int |
     heads = _live.setdefault(run, _Heads())
     async with heads.lock:  # concurrent writes of one run take offsets one at a time
         head = await _head(run, key)
-        if head.closed:
-            if close:
-                return None  # closing twice is harmless
+        if head.closed and not close:
             raise WorkflowUsageError(
                 f"stream {key!r} of workflow {run.id!r} is closed; it takes no more chunks"
             )
         offset = head.next
-        new = StreamHead(next=offset + (0 if close else 1), closed=close)
-        ops: list[Op] = [Put(key=head_key(run.id, key), value=_enc.encode(new))]
+        new = StreamHead(next=offset + (0 if close else 1), closed=True if close else head.closed)
+        ops: list[Op] = []
+        if new != head:  # closing a closed stream is harmless: a step that writes nothing
+            ops.append(Put(key=head_key(run.id, key), value=_enc.encode(new)))
         if payload is not None:
             ops.append(Put(key=chunk_key(run.id, key, offset), value=payload))
         now = run.services.clock.now()
