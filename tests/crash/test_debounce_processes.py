@@ -14,8 +14,8 @@ from pyweft import Engine
 from support.backends import postgres_schema, with_schema
 
 WORKER = Path(__file__).resolve().parent / "debounce_worker.py"
-PROCESSES = 3
-CALLS = 5
+PROCESSES = 2
+CALLS = 8
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -11,9 +11,11 @@ from pyweft import (
     InvalidArgumentError,
     WorkflowContext,
     WorkflowNotFoundError,
+    WorkflowUsageError,
     workflow,
 )
 from support.backends import Backend
+from support.poll import eventually
 
 
 @workflow
@@ -32,6 +34,23 @@ async def publisher(ctx: WorkflowContext, n: int) -> str:
 @workflow
 async def silent(ctx: WorkflowContext) -> None:
     await ctx.wait_for_signal("go")
+
+
+@workflow
+async def races_a_write(ctx: WorkflowContext) -> str:
+    try:
+        await ctx.race(ctx.stream("s").write("x"), ctx.sleep(60))
+    except WorkflowUsageError as exc:
+        return str(exc)
+    return "raced"
+
+
+@workflow
+async def continues(ctx: WorkflowContext, generation: int) -> None:
+    await ctx.stream("s").write(generation)
+    if generation < 2:
+        await ctx.continue_as_new(generation + 1)
+    await ctx.stream("s").close()
 
 
 @workflow
@@ -142,8 +161,48 @@ async def test_many_readers_of_one_stream_each_get_every_chunk(backend: Backend)
         readers = [asyncio.ensure_future(read_all()) for _ in range(6)]
         await asyncio.sleep(0)
         assert await engine.get_event("p", "status", timeout=5) is not None
-        while await engine.get_event("p", "status", timeout=0) != "streamed":
-            await asyncio.sleep(0.005)
+
+        async def streamed() -> bool:
+            return await engine.get_event("p", "status", timeout=0) == "streamed"
+
+        await eventually(streamed, what="every chunk written")
         await handle.signal("finish")
         results = await asyncio.wait_for(asyncio.gather(*readers), 10)
     assert results == [[{"i": i} for i in range(60)]] * 6
+
+
+async def test_stream_continues_its_offsets_across_continue_as_new(backend: Backend) -> None:
+    async with backend.engine(workflows=[continues]) as engine:
+        handle = await engine.start(continues, 0, id="c")
+        await handle.result(timeout=5)
+        assert [c async for c in engine.read_stream("c", "s")] == [0, 1, 2]
+
+
+async def test_a_stream_write_cannot_be_a_race_branch(backend: Backend) -> None:
+    async with backend.engine(workflows=[races_a_write]) as engine:
+        result = await (await engine.start(races_a_write, id="r")).result(timeout=5)
+    assert "cannot be a branch of ctx.race" in result
+
+
+@workflow
+async def closes_twice(ctx: WorkflowContext) -> str:
+    out = ctx.stream("s")
+    await out.write(1)
+    await out.close()
+    await out.close()
+    try:
+        await out.write(2)
+    except WorkflowUsageError as exc:
+        return str(exc)
+    return "wrote"
+
+
+async def test_closing_twice_is_harmless_and_a_closed_stream_refuses_writes(
+    backend: Backend,
+) -> None:
+    async with backend.engine(workflows=[closes_twice]) as engine:
+        handle = await engine.start(closes_twice, id="c2")
+        assert "is closed" in await handle.result(timeout=5)
+        assert [c async for c in engine.read_stream("c2", "s")] == [1]
+        kinds = [s.kind for s in await handle.history()]
+    assert kinds == ["stream", "stream_close", "stream_close"]

@@ -29,7 +29,7 @@ def server() -> Iterator[tuple[str, str]]:
         async with Engine(MemoryStorage(), workflows=WORKFLOWS) as engine:
             _, key = await ApiKeyStore(engine.storage).create(
                 subject="t", scopes=["workflows:read", "workflows:write", "signals:write",
-                                     "events:read", "updates:write", "queries:read"]
+                                     "events:read", "updates:write", "queries:read", "streams:read"]
             )  # fmt: skip
             async with live_server(engine, auth=ServerAuth()) as url:
                 ready.append((url, key))
@@ -89,3 +89,18 @@ def test_unreachable_server_is_a_server_error_after_retries() -> None:
         with pytest.raises(ServerError) as caught:
             client.list()
         assert caught.value.status == 0
+
+
+def test_sync_client_update_with_start_events_streams_and_debounce(
+    server: tuple[str, str],
+) -> None:
+    url, key = server
+    with pyweft.sync.Client(url, token=key) as client:
+        handle, answer = client.update_with_start(waits_for_go, update=("bump", 5), id="u")
+        assert answer == 5
+        assert client.get_event("u", "nothing", timeout=0.05) is None
+        with client.read_stream("u", "none") as chunks:
+            handle.signal("go", 1)
+            assert list(chunks) == []  # the run ended without writing it
+        first = client.debounce("k", add_three, 1, period="1h")
+        assert client.debounce("k", add_three, 2, period="1h").id == first.id

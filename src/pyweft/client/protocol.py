@@ -52,6 +52,7 @@ class WorkflowClient(Protocol):
         start_delay: DurationLike | None = None,
         start_at: datetime | float | None = None,
         tags: Sequence[str] = (),
+        attributes: Mapping[str, Any] | None = None,
     ) -> WorkflowHandleLike: ...
     def get_handle(self, workflow_id: str) -> WorkflowHandleLike: ...
     async def signal(

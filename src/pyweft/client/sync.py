@@ -18,6 +18,7 @@ from pyweft.durations import DurationLike
 from pyweft.sync import process
 from pyweft.sync.events import EventIterator
 from pyweft.sync.loop import LoopThread
+from pyweft.sync.published import StreamIterator
 
 
 class SyncWorkflowHandle:
@@ -218,6 +219,32 @@ class Client:
     def events(self, workflow_id: str | None = None) -> EventIterator:
         """Events over SSE as a blocking iterator (see :meth:`pyweft.client.Client.events`)."""
         return EventIterator(self._loop, lambda: self._client.events(workflow_id))
+
+    # --- published events and streams, update-with-start, debounce (issue 16) ---------
+
+    def get_event(self, workflow_id: str, key: str, *, timeout: DurationLike = 60.0) -> Any:
+        return self._loop.run(self._client.get_event, workflow_id, key, timeout=timeout)
+
+    def read_stream(self, workflow_id: str, key: str, *, from_offset: int = 0) -> StreamIterator:
+        """A run's stream over SSE as a blocking iterator."""
+        return StreamIterator(
+            self._loop,
+            lambda: self._client.read_stream(workflow_id, key, from_offset=from_offset),
+        )
+
+    def update_with_start(
+        self, wf: Any, *args: Any, update: tuple[str, Any] | str, id: str, **options: Any
+    ) -> tuple[SyncWorkflowHandle, Any]:
+        handle, answer = self._loop.run(
+            self._client.update_with_start, wf, *args, update=update, id=id, **options
+        )
+        return SyncWorkflowHandle(self, handle.id), answer
+
+    def debounce(
+        self, key: str, wf: Any, *args: Any, period: DurationLike, **options: Any
+    ) -> SyncWorkflowHandle:
+        handle = self._loop.run(self._client.debounce, key, wf, *args, period=period, **options)
+        return SyncWorkflowHandle(self, handle.id)
 
 
 __all__ = ["Client", "SyncWorkflowHandle"]

@@ -74,20 +74,30 @@ async def get_event(
     hub = hub_for(storage)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
+    reads = [Get(key=event_key(workflow_id, key)), Get(key=keys.wf(workflow_id))]
+    # The common case (already set, or no wait) needs no listener: look first.
+    answer = _answer(codec, workflow_id, await read_many(storage, reads))
+    if answer is not _WAIT or timeout_s == 0:
+        return None if answer is _WAIT else answer
     async with hub.reading():
         while True:
             seen = hub.seq
-            raw, state_raw = await read_many(
-                storage, [Get(key=event_key(workflow_id, key)), Get(key=keys.wf(workflow_id))]
-            )
-            if raw is not None:
-                return codec.decode(raw)  # type: ignore[arg-type]
-            if state_raw is None:
-                raise not_found(workflow_id)
-            state = records.decode_state(state_raw)  # type: ignore[arg-type]
-            if state.status in records.TERMINAL_STATUSES:
-                return None
+            answer = _answer(codec, workflow_id, await read_many(storage, reads))
             remaining = deadline - loop.time()
-            if remaining <= 0:
-                return None
+            if answer is not _WAIT or remaining <= 0:
+                return None if answer is _WAIT else answer
             await hub.wait(seen, min(remaining, hub.poll_s()))
+
+
+_WAIT = object()
+
+
+def _answer(codec: PayloadCodec, workflow_id: str, found: list[Any]) -> Any:
+    """The event's value, ``None`` for a finished run without it, or ``_WAIT``."""
+    raw, state_raw = found
+    if raw is not None:
+        return codec.decode(raw)
+    if state_raw is None:
+        raise not_found(workflow_id)
+    state = records.decode_state(state_raw)
+    return None if state.status in records.TERMINAL_STATUSES else _WAIT

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable
+from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
 
@@ -28,6 +28,7 @@ from pyweft.engine.messages.published_hub import hub_for
 from pyweft.engine.replay import keys, records
 from pyweft.engine.replay.operations import operation
 from pyweft.engine.replay.records import StepRecord
+from pyweft.engine.replay.run import RACE_BRANCH
 from pyweft.engine.visibility.reader import not_found
 from pyweft.errors import InvalidArgumentError, WorkflowUsageError
 from pyweft.storage.base import Get, Op, Put, Read, Scan, read_many
@@ -88,20 +89,26 @@ async def write(run: Run, step: int, key: str, chunk: Any, close: bool) -> int |
     rec = run.replay(step, kind, key)
     if rec is not None:
         return None if rec.value is None else int(run.services.codec.decode(rec.value))
+    if RACE_BRANCH.get() is not None:
+        # A losing branch's commit is dropped, but offsets would already be taken.
+        raise WorkflowUsageError(
+            f"stream {key!r}: a stream write cannot be a branch of ctx.race; write before "
+            "or after the race"
+        )
     await run.enter_live()
     payload = None if close else run.encode_result(chunk, f"chunk of stream {key!r}")
     heads = _live.setdefault(run, _Heads())
     async with heads.lock:  # concurrent writes of one run take offsets one at a time
         head = await _head(run, key)
-        if head.closed:
-            if close:
-                return None  # closing twice is harmless
+        if head.closed and not close:
             raise WorkflowUsageError(
                 f"stream {key!r} of workflow {run.id!r} is closed; it takes no more chunks"
             )
         offset = head.next
-        new = StreamHead(next=offset + (0 if close else 1), closed=close)
-        ops: list[Op] = [Put(key=head_key(run.id, key), value=_enc.encode(new))]
+        new = StreamHead(next=offset + (0 if close else 1), closed=True if close else head.closed)
+        ops: list[Op] = []
+        if new != head:  # closing a closed stream is harmless: a step that writes nothing
+            ops.append(Put(key=head_key(run.id, key), value=_enc.encode(new)))
         if payload is not None:
             ops.append(Put(key=chunk_key(run.id, key, offset), value=payload))
         now = run.services.clock.now()
@@ -135,15 +142,18 @@ class StreamWriter:
     def key(self) -> str:
         return self._key
 
-    async def write(self, chunk: Any) -> int:
-        """Append ``chunk`` (any codec value) durably; returns its offset (0, 1, ...)."""
-        offset = await write(self._run, self._run.alloc_step(), self._key, chunk, False)
-        assert offset is not None
-        return offset
+    def write(self, chunk: Any) -> Awaitable[int]:
+        """Append ``chunk`` (any codec value) durably, as one step taken now; the awaitable
+        gives its offset (0, 1, ...)."""
+        return cast(
+            "Awaitable[int]", write(self._run, self._run.alloc_step(), self._key, chunk, False)
+        )
 
-    async def close(self) -> None:
-        """Close the stream: readers end once they have read every chunk."""
-        await write(self._run, self._run.alloc_step(), self._key, None, True)
+    def close(self) -> Awaitable[None]:
+        """Close the stream (one step): readers end once they have read every chunk."""
+        return cast(
+            "Awaitable[None]", write(self._run, self._run.alloc_step(), self._key, None, True)
+        )
 
 
 def read(
