@@ -38,7 +38,7 @@ from pyweft.codec import DefaultPayloadCodec, PayloadCodec
 from pyweft.definitions import ActivityDefinition, Duration, activity_definition_of
 from pyweft.durations import parse_duration
 from pyweft.engine.steps.activity_context import ActivityContext
-from pyweft.engine.tasks import claims, limits
+from pyweft.engine.tasks import claims
 from pyweft.engine.tasks import records as tr
 from pyweft.engine.tasks.claims import Claimed
 from pyweft.engine.tasks.doorbell import Notifier, Unlisten
@@ -296,8 +296,7 @@ class Worker:
                 break
             now = self.clock.now()
             share = self._shares.get(queue, (0, 1))
-            queue_limits = await limits.load(self.storage, queue)
-            got = await claims.claim(self.storage, queue, self.id, now, free, share, queue_limits)
+            got = await claims.claim(self.storage, queue, self.id, now, free, share)
             for c in got:
                 self.dispatch_latencies.append(now - c.task.created_at)
                 job = _Job(claimed=c)
