@@ -73,6 +73,11 @@ class TaskDispatcher:
     async def _withdraw(self, run: Run, ops: list[Op]) -> None:
         await _withdraw_now(run, ops)
 
+    def was_dispatched(self, base: PendingStep) -> bool:
+        """The step's open attempt was written as a task (by an engine that did not serve
+        its queue): it is waited for, not run again here."""
+        return base.ref is not None and base.ref.startswith(tr.REF_PREFIX)
+
     def serves(self, queue: str) -> bool:
         return self.serve_queues is None or queue in self.serve_queues
 
