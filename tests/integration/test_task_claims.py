@@ -127,15 +127,15 @@ async def test_a_dead_workers_concurrency_slot_comes_back_only_when_its_claim_ex
 
     async with backend.engine() as eng:
         storage = eng._core.storage
-        one = limits.check("q", 1, None)
+        await limits.store(storage, limits.check("q", 1, None))
         await queue_tasks(storage, [task(1, visibility=10.0), task(2, visibility=10.0)])
-        [held] = await claims.claim(storage, "q", "dies", T0, 5, queue_limits=one)
+        [held] = await claims.claim(storage, "q", "dies", T0, 5)
         assert held.task.slot is not None
         # The holder is SIGKILLed: nobody may run a second task of the queue meanwhile.
-        assert await claims.claim(storage, "q", "w2", T0 + 5, 5, queue_limits=one) == []
+        assert await claims.claim(storage, "q", "w2", T0 + 5, 5) == []
         assert await claims.reap(storage, T0 + 9) == 0
-        assert await claims.claim(storage, "q", "w2", T0 + 9, 5, queue_limits=one) == []
+        assert await claims.claim(storage, "q", "w2", T0 + 9, 5) == []
         assert await claims.reap(storage, T0 + 11) == 1  # expired: the attempt fails...
-        [next_one] = await claims.claim(storage, "q", "w2", T0 + 11, 5, queue_limits=one)
+        [next_one] = await claims.claim(storage, "q", "w2", T0 + 11, 5)
         assert next_one.task.workflow_id == "run-2"  # ...and its slot is free again
         assert [k for k, _ in await storage.scan(limits.CONCURRENCY_PREFIX)] == [next_one.task.slot]

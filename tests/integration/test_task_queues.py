@@ -364,3 +364,56 @@ async def test_the_workers_guide_limits_example_runs(backend: Backend) -> None:
     async with engine(backend) as eng:
         await guide.limit(eng)
         assert await eng.activity_queue_limits("media") is None
+
+
+@activity
+async def after_remote_started(x: int) -> int:
+    """Wins the race, but only once the worker runs the other branch."""
+    for _ in range(500):
+        if ("slow-start", x) in ran:
+            return x + 1
+        await asyncio.sleep(0.01)
+    raise AssertionError("the remote branch never started")
+
+
+@workflow
+async def racer(ctx: WorkflowContext, x: int) -> Any:
+    return await ctx.race(ctx.run(slow, x), ctx.run(after_remote_started, x))
+
+
+async def test_a_remote_attempt_that_loses_a_race_is_withdrawn_and_cancelled(
+    backend: Backend,
+) -> None:
+    async with (
+        backend.engine(
+            workflows=[racer],
+            activities=[*ACTS, after_remote_started],
+            clock=SystemClock(),
+            serve_queues=["default"],
+        ) as eng,
+        worker(backend) as w,
+    ):
+        handle = await eng.start(racer, 3, id="race1")
+        assert await handle.result(timeout=10) == 4  # the local branch won
+        # The losing task is withdrawn; the worker that holds it is cancelled at its next
+        # heartbeat.
+        await eventually(lambda: _no_tasks(eng._core.storage), what="the task withdrawn")
+        await w.heartbeat()
+        await eventually(lambda: w.in_flight == 0, what="the worker's slot freed")
+        await eventually(lambda: any(k == "slow-cancelled" for k, _ in ran), what="cancelled")
+        assert ("slow-end", 3) not in ran
+        assert await eng._core.storage.scan(tr.READY_PREFIX) == []
+
+
+async def test_an_engine_that_serves_the_queue_waits_for_a_task_already_written(
+    backend: Backend,
+) -> None:
+    if backend.name == "memory":
+        pytest.skip("a restart needs a durable store")
+    async with engine(backend, serve_queues=[]) as eng:
+        await eng.start(one, "resize", 6, id="m1")
+        await eventually(lambda: _has_tasks(eng._core.storage), what="a task record")
+    # Reopened serving "media" itself: the written task is waited for, not run here too.
+    async with engine(backend, serve_queues=["media"]) as eng, worker(backend):
+        assert await eng.get_handle("m1").result(timeout=10) == 12
+    assert len([k for k, _ in ran if k == "resize"]) == 1

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from pyweft.cli import DbOption, bad_parameter, render, run
+from pyweft.cli import DbOption, bad_parameter, cli_codec, render, run
 from pyweft.cli.apps import _cwd_importable
 from pyweft.definitions import ActivityDefinition
 from pyweft.storage.factory import open_storage
@@ -87,6 +87,7 @@ def worker(
                 worker_id=worker_id,
                 drain_timeout=drain_timeout,
                 poll_interval=poll_interval,
+                codec=cli_codec(),  # `pyweft --codec MODULE:NAME worker ...`
             )
             render.console().print(
                 f"worker {w.id} serves {', '.join(w.queues)} "

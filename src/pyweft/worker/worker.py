@@ -38,16 +38,18 @@ from pyweft.codec import DefaultPayloadCodec, PayloadCodec
 from pyweft.definitions import ActivityDefinition, Duration, activity_definition_of
 from pyweft.durations import parse_duration
 from pyweft.engine.steps.activity_context import ActivityContext
-from pyweft.engine.tasks import claims, limits
+from pyweft.engine.tasks import claims
 from pyweft.engine.tasks import records as tr
 from pyweft.engine.tasks.claims import Claimed
 from pyweft.engine.tasks.doorbell import Notifier, Unlisten
 from pyweft.errors import ConfigurationError, InvalidArgumentError
-from pyweft.storage.base import Delete, Get, Put, Storage, read_many
+from pyweft.storage.base import Delete, Expect, Get, Put, Storage, read_many
 from pyweft.storage.factory import open_storage
 from pyweft.worker.runner import run_task
 
 log = logging.getLogger("pyweft.worker")
+
+_FORGET_GONE_S = 24 * 3600.0  # a dead worker's record stays visible (status "gone") this long
 
 
 @dataclass(slots=True, eq=False)
@@ -294,8 +296,7 @@ class Worker:
                 break
             now = self.clock.now()
             share = self._shares.get(queue, (0, 1))
-            queue_limits = await limits.load(self.storage, queue)
-            got = await claims.claim(self.storage, queue, self.id, now, free, share, queue_limits)
+            got = await claims.claim(self.storage, queue, self.id, now, free, share)
             for c in got:
                 self.dispatch_latencies.append(now - c.task.created_at)
                 job = _Job(claimed=c)
@@ -448,6 +449,12 @@ class Worker:
         serving: dict[str, list[str]] = {q: [] for q in self.queues}
         for key, raw in await self.storage.scan(tr.WORKER_PREFIX):
             rec = tr.decode_worker(raw, key=key)
+            if rec.expires_at < now - _FORGET_GONE_S:  # killed long ago: drop its record
+                await self.storage.conditional_batch(
+                    [Expect(key=key, value=raw)],
+                    [Delete(key=key), Delete(key=tr.drain_key(rec.id))],
+                )
+                continue
             if rec.expires_at < now or (rec.draining and rec.id != self.id):
                 continue
             for q in rec.queues:

@@ -72,9 +72,7 @@ async def run_activity(
     execution = functools.partial(tokens.execution_token, run, tokens.owner_epoch(run))
     # Served by worker processes (engine/tasks) when this engine does not serve its queue.
     queue = queue or act.queue or "default"
-    remote = run.services.tasks
-    if remote is not None and remote.serves(queue):
-        remote = None
+    tasks = run.services.tasks
     while True:
         attempt += 1
         started = clock.now()
@@ -96,6 +94,13 @@ async def run_activity(
             # The dispatch marker is stored before the activity can act.
             base = msgspec.structs.replace(base, dispatched_key=key)
             await run.commit_pending(base)
+        # A worker runs it when this engine does not serve its queue, or when an earlier
+        # engine already wrote this attempt as a task (it is waited for, not run twice).
+        remote = (
+            tasks
+            if tasks is not None and (not tasks.serves(queue) or tasks.was_dispatched(base))
+            else None
+        )
         beats = Heartbeats(run, base, throttle_s)
         actx = ActivityContext(
             workflow_id=run.id,

@@ -45,19 +45,23 @@ async def claim(
     now: float,
     limit: int,
     share: tuple[int, int] = (0, 1),
-    queue_limits: QueueLimits | None = None,
 ) -> list[Claimed]:
     """Claim up to ``limit`` of the oldest ready tasks of ``queue``.
 
     A ready entry holds the task record as it was queued, so one scan finds both;
-    the claim is conditioned on the record still being exactly that. ``share`` is
+    the claim is conditioned on the record still being exactly that. The queue's
+    limits (see :mod:`.limits`) head the same range, so they are read with it. ``share`` is
     ``(rank, count)`` among the live workers of the queue: each first tries every
     ``count``-th task from its rank, so workers racing for the same few tasks
     mostly do not collide (a collision costs a failed write, not a wrong claim).
     """
     if limit <= 0:
         return []
-    index = await storage.scan(tr.ready_prefix(queue), limit=limit * 2 + 8)
+    index = await storage.scan(tr.ready_prefix(queue), limit=limit * 2 + 9)
+    queue_limits: QueueLimits | None = None
+    if index and index[0][0] == limits.config_key(queue):
+        queue_limits = limits.decode(index[0][1])
+        index = index[1:]
     picks: list[tuple[str, tr.Task, bytes]] = []
     for key, raw in index:
         task = tr.decode_task(raw, key=key)

@@ -35,7 +35,7 @@ from pyweft.engine.tasks import claims
 from pyweft.engine.tasks import records as tr
 from pyweft.engine.tasks.doorbell import Notifier, Unlisten
 from pyweft.errors import ActivityTimeoutError, ApplicationError
-from pyweft.storage.base import Delete, Put, Storage
+from pyweft.storage.base import Delete, Op, Put, Storage
 
 log = logging.getLogger("pyweft.tasks")
 
@@ -63,6 +63,20 @@ class TaskDispatcher:
         self._task: asyncio.Task[None] | None = None
         self._unlisten: Unlisten | None = None
         self._reaped_at = 0.0
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def _background(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _withdraw(self, run: Run, ops: list[Op]) -> None:
+        await _withdraw_now(run, ops)
+
+    def was_dispatched(self, base: PendingStep) -> bool:
+        """The step's open attempt was written as a task (by an engine that did not serve
+        its queue): it is waited for, not run again here."""
+        return base.ref is not None and base.ref.startswith(tr.REF_PREFIX)
 
     def serves(self, queue: str) -> bool:
         return self.serve_queues is None or queue in self.serve_queues
@@ -166,6 +180,13 @@ class TaskDispatcher:
                 )
             except BaseException:
                 self._waiting.pop(tid, None)
+                if not run.stopping:
+                    # Interrupted while writing (e.g. a race lost meanwhile): the write may
+                    # still land, so withdraw what it would leave (queued after it).
+                    withdraw: list[Op] = [Delete(key=tkey), Delete(key=ready)]
+                    for op in withdraw:
+                        run.staged[op.key] = op
+                    self._background(self._withdraw(run, withdraw))
                 raise
             self._notifier.ring_soon(tr.TASKS_TOPIC)
             fresh = True  # just written: its outcome can only come with a ring or a scan
@@ -200,12 +221,17 @@ class TaskDispatcher:
                     waiter.cancel()
         except BaseException:
             if not run.stopping:
-                # The step stops waiting for good: withdraw the task with the run's next
-                # commit (a worker holding it takes that as a cancellation).
-                run.staged[tkey] = Delete(key=tkey)
+                # The step stops waiting for good (cancelled, lost a race, out of budget):
+                # withdraw the task, which a worker holding it takes as a cancellation.
+                # Through the run's fenced commit, now (the run may have nothing more to
+                # commit, e.g. a race that just ended it), and staged with its next commit
+                # in case this write fails.
+                ops: list[Op] = [Delete(key=tkey), Delete(key=rkey)]
                 if ready is not None:
-                    run.staged[ready] = Delete(key=ready)
-                run.staged[rkey] = Delete(key=rkey)
+                    ops.append(Delete(key=ready))
+                for op in ops:
+                    run.staged[op.key] = op
+                self._background(self._withdraw(run, ops))
             raise
         finally:
             self._waiting.pop(tid, None)
@@ -214,6 +240,13 @@ class TaskDispatcher:
         if result.ok:
             return None if result.value is None else services.codec.decode(result.value)
         raise remote_failure(result.error, result)
+
+
+async def _withdraw_now(run: Run, ops: list[Op]) -> None:
+    try:
+        await run.services.committer.commit(ops, workflow_id=run.id)
+    except Exception as exc:  # staged with the run's next commit as well
+        log.debug("withdrawing a task of run %s failed: %s", run.id, exc)
 
 
 class _Waiter:

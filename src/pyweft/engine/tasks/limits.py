@@ -1,7 +1,8 @@
 """Limits of an activity task queue across every worker: concurrency and rate.
 
 ``engine.set_activity_queue_limits("api", concurrency=10, rate_limit=(50, "30s"))``
-stores ``tk:cfg:{queue}``; every worker reads it before it claims.
+stores ``tk:q:{queue}:!limits``, at the head of the queue's ready entries, so every
+claim reads it in the scan that finds the tasks.
 
 Both limits are slots in the store, taken in the same conditional batch as the
 claim, so they hold across processes and machines and under faults:
@@ -29,7 +30,6 @@ from pyweft.engine.tasks import records as tr
 from pyweft.errors import InvalidArgumentError
 from pyweft.storage.base import Delete, Expect, Op, Put, Storage
 
-CONFIG_PREFIX = "tk:cfg:"
 CONCURRENCY_PREFIX = "tk:sc:"
 RATE_PREFIX = "tk:sr:"
 MIN_WINDOW_S = 0.001  # the clock resolution the slots rely on
@@ -49,7 +49,13 @@ _dec = msgspec.msgpack.Decoder(QueueLimits)
 
 
 def config_key(queue: str) -> str:
-    return CONFIG_PREFIX + queue
+    """First in the queue's ready range ('!' sorts before the times of ready entries), so
+    the scan a worker claims from reads the limits too."""
+    return tr.ready_prefix(queue) + "!limits"
+
+
+def decode(raw: bytes) -> QueueLimits:
+    return _dec.decode(raw)
 
 
 def concurrency_key(queue: str, i: int) -> str:
