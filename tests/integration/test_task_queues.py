@@ -16,6 +16,7 @@ from pyweft import (
     ConfigurationError,
     DefinitionError,
     InvalidArgumentError,
+    ResultTimeoutError,
     RetryPolicy,
     SystemClock,
     Worker,
@@ -405,15 +406,21 @@ async def test_a_remote_attempt_that_loses_a_race_is_withdrawn_and_cancelled(
         assert await eng._core.storage.scan(tr.READY_PREFIX) == []
 
 
+@pytest.mark.parametrize("serving", [["media"], None], ids=["media", "every-queue"])
 async def test_an_engine_that_serves_the_queue_waits_for_a_task_already_written(
-    backend: Backend,
+    backend: Backend, serving: list[str] | None
 ) -> None:
     if backend.name == "memory":
         pytest.skip("a restart needs a durable store")
     async with engine(backend, serve_queues=[]) as eng:
         await eng.start(one, "resize", 6, id="m1")
         await eventually(lambda: _has_tasks(eng._core.storage), what="a task record")
-    # Reopened serving "media" itself: the written task is waited for, not run here too.
-    async with engine(backend, serve_queues=["media"]) as eng, worker(backend):
-        assert await eng.get_handle("m1").result(timeout=10) == 12
+    # Reopened serving "media" itself (or every queue, the default): the written task is
+    # waited for, not run here too.
+    async with engine(backend, serve_queues=serving) as eng:
+        with pytest.raises(ResultTimeoutError):
+            await eng.get_handle("m1").result(timeout=0.5)
+        assert [k for k, _ in ran if k == "resize"] == []
+        async with worker(backend):
+            assert await eng.get_handle("m1").result(timeout=10) == 12
     assert len([k for k, _ in ran if k == "resize"]) == 1

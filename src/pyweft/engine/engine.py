@@ -469,14 +469,18 @@ class Engine(MessagingAPI, InspectionAPI, WorkersAPI, QueuesAPI):
             on_nondeterminism=core.on_nondeterminism,
             interceptors=self._interceptors,
         )
-        if self._serve_queues is not None:  # some activities run on worker processes
-            self._tasks = TaskDispatcher(
-                core.storage,
-                self._serve_queues,
-                poll_interval=core.poll_interval,
-                clock_now=self.clock.now,
-            )
-            core.services.tasks = self._tasks
+        # Activities on queues this engine does not serve run on worker processes. Every
+        # engine has the dispatcher, serving every queue or not: a run it recovers may
+        # have an attempt another engine already wrote as a task, which must be waited
+        # for, never run again here. It starts listening only once a task is involved.
+        self._tasks = TaskDispatcher(
+            core.storage,
+            self._serve_queues,
+            poll_interval=core.poll_interval,
+            clock_now=self.clock.now,
+        )
+        core.services.tasks = self._tasks
+        if self._serve_queues is not None:
             await self._tasks.start()
         core.committer.on_commit = commit_observer(self._interceptors)
         # Park markers need one engine driving every run: not under workflow-lease.

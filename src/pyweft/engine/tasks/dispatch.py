@@ -64,6 +64,7 @@ class TaskDispatcher:
         self._unlisten: Unlisten | None = None
         self._reaped_at = 0.0
         self._tasks: set[asyncio.Task[None]] = set()
+        self._started = False
 
     def _background(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -82,10 +83,18 @@ class TaskDispatcher:
         return self.serve_queues is None or queue in self.serve_queues
 
     async def start(self) -> None:
+        self._started = True
         self._unlisten = await self._notifier.listen(tr.RESULTS_TOPIC, self._kick.set)
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="pyweft-tasks")
 
+    async def _ensure_started(self) -> None:
+        """An engine serving every queue starts listening only when a task concerns it
+        (an attempt an earlier engine wrote as a task)."""
+        if not self._started:
+            await self.start()
+
     async def stop(self) -> None:
+        self._started = True  # never again after a stop
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -138,6 +147,7 @@ class TaskDispatcher:
     ) -> Any:
         """Run one attempt on a worker: write its task (unless replay found it written) and
         return its value, or raise its failure."""
+        await self._ensure_started()
         services = run.services
         if deadline_kind == "attempt":
             # The worker times the attempt from when it starts it (time in line does not
