@@ -202,7 +202,9 @@ export async function runPage({ main, onLeave }, id) {
     const tokens = waiting.items.map((a) => a.token).join(" ");
     if (tokens !== shownTokens) clear(slots.waiting, pendingActivities(waiting.items, () => schedule()));
     shownTokens = tokens;
-    clear(slots.timeline, section(`Timeline (${history.steps.length} steps)`, timeline(run, history.steps)));
+    // Steps the user opened stay open when the timeline is redrawn by a live update.
+    const opened = new Set([...slots.timeline.querySelectorAll("details[open]")].map((d) => d.dataset.step));
+    clear(slots.timeline, section(`Timeline (${history.steps.length} steps)`, timeline(run, history.steps, opened)));
     const eventsBox = section("Events", events(history.events, allEvents));
     const showAll = eventsBox.querySelector("#all-events");
     if (showAll) showAll.addEventListener("click", () => { allEvents = true; schedule(); });
