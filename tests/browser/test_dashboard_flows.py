@@ -134,6 +134,38 @@ def test_a_schedule_is_paused_and_resumed_from_its_list(page: Page) -> None:
     assert page.console_errors() == []
 
 
+def test_a_schedule_is_created_edited_and_deleted_from_forms(page: Page) -> None:
+    page.sign_in(page.served.admin_key)
+    page.open("schedules")
+    page.click("details.card > summary")  # open "New schedule"
+    page.css("#new-schedule-id").send_keys("ui-every")
+    page.css('#new-schedule-type option[value="nightly"]').click()
+    page.css("#new-schedule input[name=every]").send_keys("2h")
+    page.click("#create-schedule")
+    page.until(lambda: page.all('tr[data-schedule="ui-every"]'), "the new schedule's row")
+    made = page.served.api("GET", "/schedules/ui-every").json()["schedule"]
+    assert made["every_s"] == 7200 and made["workflow_type"] == "nightly"
+
+    page.open("schedules/ui-every")
+    every = page.css("#edit-schedule input[name=every]")
+    every.clear()
+    every.send_keys("3h")
+    page.css('#edit-schedule option[value="allow_all"]').click()
+    page.click("#save-schedule")
+    page.until(
+        lambda: (
+            page.served.api("GET", "/schedules/ui-every").json()["schedule"]["every_s"] == 10800
+        ),
+        "the saved interval",
+    )
+    page.wait_text("allow_all")
+    page.click("#delete-schedule")
+    page.confirm()
+    page.until(lambda: page.d.current_url.endswith("#/schedules"), "back to the list")
+    assert page.served.api("GET", "/schedules/ui-every").status_code == 404
+    assert page.console_errors() == []
+
+
 def test_actions_a_key_may_not_take_are_disabled_with_the_reason(page: Page) -> None:
     page.sign_in(page.served.read_key)
     page.open("runs/order-1")
