@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import pytest
 
 from .kit import Page
@@ -194,3 +195,32 @@ def test_a_rejected_key_goes_back_to_sign_in(page: Page) -> None:
     page.css("#api-key").send_keys(page.served.admin_key)
     page.click("#signin-submit")
     page.until(lambda: page.d.current_url.endswith("#/runs"), "the page asked for first")
+
+
+def test_runs_selected_by_the_filters_are_cancelled_in_bulk_after_a_dry_run(page: Page) -> None:
+    paths = httpx.get(page.served.url + "/openapi.json").json()["paths"]
+    if not any(p.endswith("/bulk/{operation}") for p in paths):
+        pytest.skip("this server has no bulk routes; the panel is hidden until it does")
+    for i in range(2):
+        body = {"type": "checkout", "args": [{"sku": f"b{i}", "quantity": 1}], "id": f"bulk-{i}",
+                "tags": ["bulk-me"]}  # fmt: skip
+        assert page.served.api("POST", "/workflows", json=body).status_code == 201
+    page.sign_in(page.served.admin_key)
+    page.open("runs?tag=bulk-me")
+    page.until(lambda: len(page.all("#runs-table tbody tr")) == 2, "the two tagged runs")
+    page.click("#bulk > summary")
+    page.css('#bulk-operation option[value="cancel"]').click()
+    page.click("#bulk-preview")
+    page.wait_text("2 run(s) match", "#bulk-outcome")
+    page.shot("runs-bulk")
+    page.click("#bulk-commit")
+    page.confirm()
+    page.wait_text("2 applied", "#bulk-outcome")
+    for i in range(2):
+        page.until(
+            lambda i=i: (
+                page.served.api("GET", f"/workflows/bulk-{i}").json()["status"] == "cancelled"
+            ),
+            f"bulk-{i} cancelled",
+        )
+    assert page.console_errors() == []
