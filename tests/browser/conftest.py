@@ -33,7 +33,7 @@ CHROMEDRIVER = shutil.which("chromedriver")
 ADMIN_SCOPES = (
     "workflows:read", "workflows:write", "events:read", "signals:write", "updates:write",
     "queries:read", "reviews:read", "reviews:write", "schedules:read", "schedules:write",
-    "system:read",
+    "system:read", "workflows:admin",
 )  # fmt: skip
 READ_ONLY_SCOPES = ("workflows:read", "events:read", "reviews:read", "schedules:read")
 

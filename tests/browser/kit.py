@@ -72,7 +72,15 @@ class Page:
         return list(self.d.find_elements(By.CSS_SELECTOR, selector))
 
     def text(self, selector: str = "main") -> str:
-        return str(self.css(selector).text)
+        # Live updates redraw parts of the page: read again if the element was replaced.
+        return str(self.until(lambda: self.css(selector).text or " ", f"text of {selector}"))
+
+    def click(self, selector: str) -> None:
+        """Click ``selector``, finding it again if a live redraw replaced it."""
+        self.until(lambda: self.css(selector).click() or True, f"a click on {selector}")
+
+    def attribute(self, selector: str, name: str) -> str | None:
+        return self.until(lambda: [self.css(selector).get_attribute(name)], selector)[0]  # type: ignore[no-any-return]
 
     def wait_text(self, needle: str, selector: str = "main", timeout: float = 10.0) -> None:
         self.until(lambda: needle in self.text(selector), f"{needle!r} in {selector}", timeout)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import pytest
 
 from .kit import Page
@@ -25,13 +26,15 @@ def test_a_run_started_from_its_form_is_followed_live_to_completion(page: Page) 
     priority.send_keys("3")
     page.css("#start-id").send_keys("ui-order")
     page.shot("start")
-    page.css("#start-submit").click()
+    page.click("#start-submit")
 
     page.until(lambda: page.d.current_url.endswith("#/runs/ui-order"), "the run page")
     # The charge step lands in the timeline while the run waits for its signal.
     page.until(lambda: page.all('#timeline [data-step="1"]'), "step 1 in the timeline")
     page.wait_text("charge", "#timeline")
     page.wait_text("running", "#run-summary")
+    page.click('#timeline [data-step="1"] summary')  # the charge step's result
+    page.wait_text('"charged": 20', '#timeline [data-step="1"]')
 
     form = page.css("#signal-form")
     form.find_element("css selector", "input[name=name]").send_keys("packed")
@@ -40,6 +43,9 @@ def test_a_run_started_from_its_form_is_followed_live_to_completion(page: Page) 
     # Live: the signal's step and then the review request appear without a reload.
     page.until(lambda: page.all('#timeline [data-step="3"]'), "the review step, live")
     page.wait_text("Pending reviews")
+    # The step the user opened is still open after the live redraws.
+    assert page.attribute('#timeline [data-step="1"]', "open") is not None
+    assert '"charged": 20' in page.text('#timeline [data-step="1"]')
     page.shot("run-waiting-for-review")
 
     page.open("reviews")
@@ -55,7 +61,7 @@ def test_a_run_started_from_its_form_is_followed_live_to_completion(page: Page) 
     page.wait_text("shipped ui-sku", "#run-result")
     timeline = page.text("#timeline")
     assert "ship" in timeline and "open" not in timeline
-    page.css('#timeline [data-step="4"] summary').click()  # the ship step's result
+    page.click('#timeline [data-step="4"] summary')  # the ship step's result
     page.wait_text("shipped ui-sku", '#timeline [data-step="4"]')
     page.shot("run-completed")
     assert page.served.api("GET", "/workflows/ui-order").json()["result"]["priority"] == 3
@@ -68,7 +74,7 @@ def test_the_runs_list_filters_by_status_and_keeps_the_filter_in_the_url(page: P
     page.css("#runs-table tbody tr")
     select = page.css("select[name=status]")
     select.find_element("css selector", "option[value=completed]").click()
-    page.css("#apply-filters").click()
+    page.click("#apply-filters")
     page.until(lambda: "status=completed" in page.d.current_url, "the filter in the URL")
     page.until(
         lambda: {r.text for r in page.all("#runs-table td.status")} == {"completed"},
@@ -86,7 +92,7 @@ def test_the_runs_list_filters_by_status_and_keeps_the_filter_in_the_url(page: P
     page.open("runs")
     page.css("#runs-table tbody tr")
     page.css("input[name=attribute]").send_keys("region=eu")
-    page.css("#apply-filters").click()
+    page.click("#apply-filters")
     page.until(lambda: "attribute.region=eu" in page.d.current_url, "the attribute in the URL")
     page.until(
         lambda: (
@@ -100,8 +106,8 @@ def test_the_runs_list_filters_by_status_and_keeps_the_filter_in_the_url(page: P
 def test_a_run_forked_from_a_chosen_step_keeps_the_steps_up_to_it(page: Page) -> None:
     page.sign_in(page.served.admin_key)
     page.open("runs/long-run")
-    page.css('#fork-step option[value="5"]').click()
-    page.css("#fork-run").click()
+    page.click('#fork-step option[value="5"]')
+    page.click("#fork-run")
     page.confirm()
     page.until(lambda: "#/runs/long-run" not in page.d.current_url, "the forked run's page")
     page.wait_text("Forked from long-run at step 5", "#lineage")
@@ -116,16 +122,48 @@ def test_a_run_forked_from_a_chosen_step_keeps_the_steps_up_to_it(page: Page) ->
 def test_a_schedule_is_paused_and_resumed_from_its_list(page: Page) -> None:
     page.sign_in(page.served.admin_key)
     page.open("schedules")
-    page.css("#pause-nightly-report").click()
+    page.click("#pause-nightly-report")
     page.until(lambda: page.all("#resume-nightly-report"), "the resume button")
     assert page.served.api("GET", "/schedules/nightly-report").json()["schedule"]["paused"]
     page.shot("schedules")
     page.open("schedules/nightly-report")
     page.wait_text("Paused: nothing fires.")
     page.shot("schedule-detail")
-    page.css("#resume-nightly-report").click()
+    page.click("#resume-nightly-report")
     page.until(lambda: page.all("#next-fires li"), "the next fire times")
     assert not page.served.api("GET", "/schedules/nightly-report").json()["schedule"]["paused"]
+    assert page.console_errors() == []
+
+
+def test_a_schedule_is_created_edited_and_deleted_from_forms(page: Page) -> None:
+    page.sign_in(page.served.admin_key)
+    page.open("schedules")
+    page.click("details.card > summary")  # open "New schedule"
+    page.css("#new-schedule-id").send_keys("ui-every")
+    page.css('#new-schedule-type option[value="nightly"]').click()
+    page.css("#new-schedule input[name=every]").send_keys("2h")
+    page.click("#create-schedule")
+    page.until(lambda: page.all('tr[data-schedule="ui-every"]'), "the new schedule's row")
+    made = page.served.api("GET", "/schedules/ui-every").json()["schedule"]
+    assert made["every_s"] == 7200 and made["workflow_type"] == "nightly"
+
+    page.open("schedules/ui-every")
+    every = page.css("#edit-schedule input[name=every]")
+    every.clear()
+    every.send_keys("3h")
+    page.css('#edit-schedule option[value="allow_all"]').click()
+    page.click("#save-schedule")
+    page.until(
+        lambda: (
+            page.served.api("GET", "/schedules/ui-every").json()["schedule"]["every_s"] == 10800
+        ),
+        "the saved interval",
+    )
+    page.wait_text("allow_all")
+    page.click("#delete-schedule")
+    page.confirm()
+    page.until(lambda: page.d.current_url.endswith("#/schedules"), "back to the list")
+    assert page.served.api("GET", "/schedules/ui-every").status_code == 404
     assert page.console_errors() == []
 
 
@@ -150,10 +188,39 @@ def test_a_rejected_key_goes_back_to_sign_in(page: Page) -> None:
     page.open("runs")
     page.until(lambda: "#/signin" in page.d.current_url, "the sign-in page")
     page.css("#api-key").send_keys("pwk_still_wrong")
-    page.css("#signin-submit").click()
+    page.click("#signin-submit")
     page.wait_text("was not accepted", "#signin-error")
     page.shot("signin")
     page.css("#api-key").clear()
     page.css("#api-key").send_keys(page.served.admin_key)
-    page.css("#signin-submit").click()
+    page.click("#signin-submit")
     page.until(lambda: page.d.current_url.endswith("#/runs"), "the page asked for first")
+
+
+def test_runs_selected_by_the_filters_are_cancelled_in_bulk_after_a_dry_run(page: Page) -> None:
+    paths = httpx.get(page.served.url + "/openapi.json").json()["paths"]
+    if not any(p.endswith("/bulk/{operation}") for p in paths):
+        pytest.skip("this server has no bulk routes; the panel is hidden until it does")
+    for i in range(2):
+        body = {"type": "checkout", "args": [{"sku": f"b{i}", "quantity": 1}], "id": f"bulk-{i}",
+                "tags": ["bulk-me"]}  # fmt: skip
+        assert page.served.api("POST", "/workflows", json=body).status_code == 201
+    page.sign_in(page.served.admin_key)
+    page.open("runs?tag=bulk-me")
+    page.until(lambda: len(page.all("#runs-table tbody tr")) == 2, "the two tagged runs")
+    page.click("#bulk > summary")
+    page.css('#bulk-operation option[value="cancel"]').click()
+    page.click("#bulk-preview")
+    page.wait_text("2 run(s) match", "#bulk-outcome")
+    page.shot("runs-bulk")
+    page.click("#bulk-commit")
+    page.confirm()
+    page.wait_text("2 applied", "#bulk-outcome")
+    for i in range(2):
+        page.until(
+            lambda i=i: (
+                page.served.api("GET", f"/workflows/bulk-{i}").json()["status"] == "cancelled"
+            ),
+            f"bulk-{i} cancelled",
+        )
+    assert page.console_errors() == []

@@ -33,6 +33,7 @@ from pyweft.engine.queues import Queue
 from pyweft.engine.replay.info import Page, WorkflowInfo
 from pyweft.engine.replay.residency import DEFAULT_MAX_CACHED_RUNS
 from pyweft.engine.replay.stats import EngineStats
+from pyweft.engine.schemas import WorkflowSchema
 from pyweft.engine.steps.async_completion import PendingActivity
 from pyweft.engine.visibility.reader import Group, History
 from pyweft.errors import EngineClosedError
@@ -274,6 +275,9 @@ class Engine(PublishedMixin, QueuesSync, WorkersTwins):
 
     def registered_versions(self) -> dict[str, str]:
         return self._loop.call(self._engine.registered_versions)
+
+    def workflow_schemas(self) -> builtins.list[WorkflowSchema]:
+        return self._loop.call(self._engine.workflow_schemas)
 
     @property
     def clock(self) -> Clock:

@@ -10,6 +10,18 @@ function resolve(schema, defs) {
   return schema || {};
 }
 
+// An example value for a schema, shown as a JSON box's placeholder.
+function example(schema, defs, depth = 0) {
+  schema = resolve(schema, defs);
+  if (schema.default !== undefined) return schema.default;
+  if (schema.enum) return schema.enum[0];
+  const type = Array.isArray(schema.type) ? schema.type[0] : schema.type;
+  if (type === "object" && schema.properties && depth < 3) {
+    return Object.fromEntries(Object.entries(schema.properties).map(([k, v]) => [k, example(v, defs, depth + 1)]));
+  }
+  return { string: "", integer: 0, number: 0, boolean: false, array: [], object: {} }[type] ?? null;
+}
+
 export function schemaField(param, defs) {
   const schema = resolve(param.schema, defs);
   const type = Array.isArray(schema.type) ? null : schema.type;
@@ -32,6 +44,7 @@ export function schemaField(param, defs) {
   } else {
     const sample = JSON.stringify(param.default ?? (type === "object" ? {} : type === "array" ? [] : null), null, 1);
     control = jsonInput(param.name, param.required ? "" : sample, 4);
+    control.placeholder = "e.g. " + JSON.stringify(example(param.schema, defs));
     read = () => parseJson(control.value, param.name);
   }
   const kind = schema.type ? JSON.stringify(schema.type) : "any JSON";

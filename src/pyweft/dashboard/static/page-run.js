@@ -90,16 +90,24 @@ function messageForm(id, kind, scopes, reply) {
   return form;
 }
 
-function controls(id, run, steps, refresh) {
-  const finished = TERMINAL.includes(run.status);
-  const write = ["workflows:write"];
-  const fromStep = h(
-    "select",
-    { name: "from_step", id: "fork-step" },
+// The fork choices follow the run's committed steps; the chosen one stays chosen.
+export function setForkSteps(select, steps) {
+  const chosen = select.value;
+  clear(
+    select,
     h("option", { value: "" }, "keep every committed step"),
     h("option", { value: "0" }, "keep no step (run again from the start)"),
     steps.filter((s) => s.status !== "open").map((s) => h("option", { value: String(s.step) }, `keep steps up to #${s.step} (${s.kind} ${s.name}), live after it`)),
   );
+  select.value = chosen;
+  if (select.value !== chosen) select.value = "";
+}
+
+function controls(id, run, steps, refresh) {
+  const finished = TERMINAL.includes(run.status);
+  const write = ["workflows:write"];
+  const fromStep = h("select", { name: "from_step", id: "fork-step" });
+  setForkSteps(fromStep, steps);
   return h(
     "div",
     { class: "actions" },
@@ -202,15 +210,21 @@ export async function runPage({ main, onLeave }, id) {
     const tokens = waiting.items.map((a) => a.token).join(" ");
     if (tokens !== shownTokens) clear(slots.waiting, pendingActivities(waiting.items, () => schedule()));
     shownTokens = tokens;
-    clear(slots.timeline, section(`Timeline (${history.steps.length} steps)`, timeline(run, history.steps)));
+    // Steps the user opened stay open when the timeline is redrawn by a live update.
+    const opened = new Set([...slots.timeline.querySelectorAll("details[open]")].map((d) => d.dataset.step));
+    clear(slots.timeline, section(`Timeline (${history.steps.length} steps)`, timeline(run, history.steps, opened)));
     const eventsBox = section("Events", events(history.events, allEvents));
     const showAll = eventsBox.querySelector("#all-events");
     if (showAll) showAll.addEventListener("click", () => { allEvents = true; schedule(); });
     clear(slots.events, eventsBox);
     clear(slots.lineage, section("Lineage", lineage(run, children.items)));
-    // The forms keep what the user typed unless the run's state changes what is allowed.
-    if (run.status !== lastStatus || history.steps.length !== stepCount) {
+    // The forms keep what the user typed: they are redrawn only when the run's status
+    // changes what is allowed; new steps only refresh the fork choices.
+    if (run.status !== lastStatus) {
       clear(slots.actions, section("Actions", controls(id, run, history.steps, () => schedule())));
+    } else if (history.steps.length !== stepCount) {
+      const select = slots.actions.querySelector("#fork-step");
+      if (select) setForkSteps(select, history.steps);
     }
     lastStatus = run.status;
     stepCount = history.steps.length;

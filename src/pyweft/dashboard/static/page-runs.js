@@ -1,5 +1,6 @@
 // Runs: filters kept in the URL, cursor paging, rows that follow the live feed.
 import { follow, get, qs, session } from "./api.js";
+import { bulkPanel } from "./bulk.js";
 import { badge, clear, fmtRelative, fmtTime, h, labelled, runLink, scroller } from "./dom.js";
 
 const STATUSES = ["", "pending", "enqueued", "running", "suspended", "blocked", "completed", "failed", "cancelled", "timed_out"];
@@ -72,9 +73,12 @@ export async function runsPage({ main, params, onLeave }) {
   const query = {};
   for (const name of [...FILTERS, "cursor"]) if (params.get(name)) query[name] = params.get(name);
   for (const [name, value] of params.entries()) if (name.startsWith("attribute.")) query[name] = value;
-  const [page, registry] = await Promise.all([
+  let timer = null;
+  let reload = async () => {}; // set once the table exists
+  const [page, registry, bulk] = await Promise.all([
     get("/workflows" + qs({ ...query, limit: 50 })),
     session.can("system:read") ? get("/registry") : Promise.resolve({ workflows: [] }),
+    bulkPanel(query, () => reload()),
   ]);
   const types = registry.workflows.map((w) => w.type);
   const tbody = h("tbody", {}, page.items.map(row));
@@ -85,6 +89,7 @@ export async function runsPage({ main, params, onLeave }) {
     main,
     h("h1", {}, "Runs"),
     filterForm(params, types),
+    bulk,
     h("p", { class: "muted", id: "runs-count" }, `${page.items.length} run(s) on this page`, " ", liveState),
     scroller(h(
       "table",
@@ -101,11 +106,7 @@ export async function runsPage({ main, params, onLeave }) {
       page.next_cursor ? h("a", { class: "button", href: "#/runs?" + next, id: "next-page" }, "Next →") : null,
     ),
   );
-  if (!session.can("events:read")) return;
-  // Live: reload this page shortly after any event about a run of this type (the
-  // server pages newest first, so new runs appear at the top of the first page).
-  let timer = null;
-  const reload = async () => {
+  reload = async () => {
     timer = null;
     try {
       const fresh = await get("/workflows" + qs({ ...query, limit: 50 }));
@@ -115,6 +116,9 @@ export async function runsPage({ main, params, onLeave }) {
       liveState.textContent = "update failed: " + error.message;
     }
   };
+  if (!session.can("events:read")) return;
+  // Live: reload this page shortly after any event about a run of this type (the
+  // server pages newest first, so new runs appear at the top of the first page).
   const stop = follow(
     "/events/sse" + qs({ type: query.type }),
     (event) => {

@@ -1,7 +1,53 @@
 // Schedules: the list with next fire times, and one schedule's detail with pause,
 // resume, trigger and backfill.
-import { enc, get, post, session } from "./api.js";
-import { action, badge, clear, fmtRelative, fmtTime, h, labelled, notify, runLink, section, table } from "./dom.js";
+import { api, enc, get, post, session } from "./api.js";
+import { action, badge, clear, fmtRelative, fmtTime, h, jsonInput, labelled, notify, parseJson, runLink, section, table } from "./dom.js";
+
+const OVERLAPS = ["skip", "buffer_one", "buffer_all", "cancel_previous", "allow_all"];
+
+// Cadence and policy fields shared by the create and edit forms.
+function cadenceFields(s) {
+  const f = {
+    cron: h("input", { name: "cron", autocomplete: "off", placeholder: "0 3 * * *", value: s?.cron || "" }),
+    every: h("input", { name: "every", autocomplete: "off", placeholder: "e.g. 15m (instead of cron)", value: s?.every_s ? `${s.every_s}s` : "" }),
+    timezone: h("input", { name: "timezone", autocomplete: "off", value: s?.timezone || "UTC" }),
+    overlap: h("select", { name: "overlap" }, OVERLAPS.map((o) => h("option", { value: o, selected: (s?.overlap || "skip") === o }, o))),
+  };
+  const body = () => {
+    const out = { timezone: f.timezone.value.trim() || "UTC", overlap: f.overlap.value };
+    if (f.cron.value.trim()) out.cron = f.cron.value.trim();
+    if (f.every.value.trim()) out.every = f.every.value.trim();
+    return out;
+  };
+  const elements = [labelled("Cron", f.cron), labelled("Every", f.every), labelled("Time zone", f.timezone), labelled("When runs overlap", f.overlap)];
+  return { elements, body };
+}
+
+async function createForm(refresh) {
+  if (!session.can("schedules:write")) return null;
+  const registry = session.can("system:read", "workflows:write") ? await get("/registry/workflows") : { workflows: [] };
+  const id = h("input", { name: "id", id: "new-schedule-id", autocomplete: "off", required: true });
+  const type = h("select", { name: "type", id: "new-schedule-type" }, registry.workflows.map((w) => h("option", { value: w.workflow_type }, w.workflow_type)));
+  const args = jsonInput("args", "[]", 2);
+  const fields = cadenceFields(null);
+  const form = h(
+    "form",
+    { class: "filters", id: "new-schedule", "aria-label": "New schedule" },
+    labelled("Id", id),
+    labelled("Workflow", type),
+    labelled("Arguments (JSON array)", args),
+    fields.elements,
+    h("div", { class: "field end" }, action("Create", ["schedules:write"], async () => {
+      if (!id.value.trim()) throw new Error("Give the schedule an id");
+      const body = { id: id.value.trim(), type: type.value, args: parseJson(args.value, "Arguments") ?? [], ...fields.body() };
+      await post("/schedules", body);
+      notify(`schedule ${body.id} created`);
+      refresh();
+    }, { id: "create-schedule" })),
+  );
+  form.addEventListener("submit", (e) => e.preventDefault());
+  return h("details", { class: "card" }, h("summary", {}, "New schedule"), form);
+}
 
 const cadence = (s) => s.cron ? `cron ${s.cron} (${s.timezone})` : `every ${s.every_s}s`;
 
@@ -27,9 +73,11 @@ export async function schedulesPage({ main, refresh }) {
     return;
   }
   const { items } = await get("/schedules");
+  const create = await createForm(refresh);
   clear(
     main,
     h("h1", {}, "Schedules"),
+    create,
     items.length
       ? table(
           ["Id", "Workflow", "Cadence", "Next fire", "Last fire", "State", "Fired / missed", "Actions"],
@@ -84,6 +132,27 @@ export async function scheduleDetailPage({ main, refresh }, id) {
     }, { confirm: "Run every occurrence in this window?" }),
   );
   backfill.addEventListener("submit", (e) => e.preventDefault());
+  const editFields = cadenceFields(s);
+  const edit = h(
+    "form",
+    { id: "edit-schedule", "aria-label": "Edit the schedule" },
+    editFields.elements,
+    h("div", { class: "row" },
+      action("Save", ["schedules:write"], async () => {
+        const body = editFields.body();
+        if (body.cron && body.every) throw new Error("Give a cron expression or an interval, not both");
+        await api("PATCH", `/schedules/${enc(id)}`, body);
+        notify(`${id} saved`);
+        refresh();
+      }, { id: "save-schedule" }),
+      action("Delete", ["schedules:write"], async () => {
+        await api("DELETE", `/schedules/${enc(id)}`);
+        notify(`${id} deleted`);
+        location.hash = "#/schedules";
+      }, { danger: true, confirm: `Delete schedule ${id}? Runs it started are kept.`, id: "delete-schedule" }),
+    ),
+  );
+  edit.addEventListener("submit", (e) => e.preventDefault());
   clear(
     main,
     h("h1", {}, "Schedule ", h("span", { class: "mono" }, s.id)),
@@ -97,6 +166,7 @@ export async function scheduleDetailPage({ main, refresh }, id) {
         {},
         section("Next fire times", s.paused ? h("p", { class: "muted" }, "Paused: nothing fires.") : h("ol", { id: "next-fires" }, next_fires.map((t) => h("li", {}, fmtTime(t), " ", h("span", { class: "muted" }, fmtRelative(t)))))),
         section("Backfill a past window", backfill),
+        section("Edit", edit),
       ),
     ),
   );

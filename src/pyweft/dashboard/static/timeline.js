@@ -4,7 +4,7 @@
 // a step's payload is rendered only when its row is opened.
 import { fmtDuration, h, pretty } from "./dom.js";
 
-export function timeline(run, steps) {
+export function timeline(run, steps, opened = new Set()) {
   if (!steps.length) return h("p", { class: "muted" }, "No steps yet.");
   const t0 = new Date(run.created_at).getTime();
   const now = Date.now();
@@ -33,22 +33,24 @@ export function timeline(run, steps) {
       h("span", { class: "att", title: "attempts" }, s.attempts > 1 ? `×${s.attempts}` : ""),
     );
     const item = h("details", { class: "step", dataset: { step: s.step } }, summary);
-    item.addEventListener(
-      "toggle",
-      () => {
-        if (!item.open || item.childElementCount > 1) return;
-        item.append(
-          h(
-            "div",
-            { class: "step-body" },
-            h("p", { class: "muted" }, `started ${s.started_at}`, s.finished_at ? ` · finished ${s.finished_at}` : " · not finished", s.next_attempt_at ? ` · next attempt ${s.next_attempt_at}` : ""),
-            s.error
-              ? h("pre", { class: "error" }, `${s.error.type}: ${s.error.message}`)
-              : h("pre", { class: "mono" }, pretty(s.result) || "null"),
-          ),
-        );
-      },
-    );
+    const fill = () => {
+      if (item.childElementCount > 1) return;
+      item.append(
+        h(
+          "div",
+          { class: "step-body" },
+          h("p", { class: "muted" }, `started ${s.started_at}`, s.finished_at ? ` · finished ${s.finished_at}` : " · not finished", s.next_attempt_at ? ` · next attempt ${s.next_attempt_at}` : ""),
+          s.error
+            ? h("pre", { class: "error" }, `${s.error.type}: ${s.error.message}`)
+            : h("pre", { class: "mono" }, pretty(s.result) || "null"),
+        ),
+      );
+    };
+    item.addEventListener("toggle", () => item.open && fill());
+    if (opened.has(String(s.step))) {
+      item.open = true;
+      fill();
+    }
     fragment.append(h("li", {}, item));
   }
   list.append(fragment);
