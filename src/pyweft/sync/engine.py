@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, TypeVarTuple
 from pyweft.clock import Clock
 from pyweft.codec import PayloadCodec
 from pyweft.definitions import ActivityDefinition, Duration, WorkflowDefinition
+from pyweft.engine.bulk import BulkPreview, BulkResult
 from pyweft.engine.engine import DEFAULT_MAX_HISTORY_STEPS, DEFAULT_MAX_PAYLOAD_BYTES
 from pyweft.engine.engine import Engine as AsyncEngine
 from pyweft.engine.handle import WorkflowHandle as AsyncHandle
@@ -310,6 +311,9 @@ class Engine(PublishedMixin, QueuesSync, WorkersTwins):
     @property
     def store_was_new(self) -> bool:
         return self._engine.store_was_new
+
+    def metrics_text(self) -> str:
+        return self._loop.call(self._engine.metrics_text)
 
     def lease_health(self) -> LeaseHealth:
         return self._loop.call(self._engine.lease_health)
@@ -644,6 +648,32 @@ class Engine(PublishedMixin, QueuesSync, WorkersTwins):
 
     def purge(self, **filters: Any) -> int:
         return self._run(self._engine.purge, **filters)
+
+    def bulk_preview(
+        self, operation: str, *, signal: tuple[str, Any] | None = None, **filters: Any
+    ) -> BulkPreview:
+        return self._run(self._engine.bulk_preview, operation, signal=signal, **filters)
+
+    def bulk_commit(
+        self,
+        operation: str,
+        *,
+        confirmation_token: str,
+        signal: tuple[str, Any] | None = None,
+        actor: str | None = None,
+        **filters: Any,
+    ) -> BulkResult:
+        return self._run(
+            self._engine.bulk_commit,
+            operation,
+            confirmation_token=confirmation_token,
+            signal=signal,
+            actor=actor,
+            **filters,
+        )
+
+    def bulk_audit(self, *, limit: int = 50) -> builtins.list[dict[str, Any]]:
+        return self._run(self._engine.bulk_audit, limit=limit)
 
     def sweep_retention(self) -> int:
         return self._run(self._engine.sweep_retention)
