@@ -129,6 +129,8 @@ class Engine(MessagingAPI, InspectionAPI):
     ``stall_threshold``: an event loop blocked this long is logged, naming the
     activity that blocked it (``None``: off); a run whose activity keeps stalling
     the engine past its claims or lease is failed (``EventLoopStall``).
+    ``interceptors``: ``pyweft.observability.Interceptor`` instances, the first
+    outermost (docs/guides/observability.md).
     """
 
     supported_schema_version: int = keys.SCHEMA_VERSION
