@@ -25,6 +25,7 @@ _START_FIELDS = {
     "start_at",
     "tags",
     "attributes",
+    "headers",
 }
 
 
@@ -54,6 +55,7 @@ async def start(call: Call) -> Response:
         start_delay=_duration(body, "start_delay"),
         start_at=None if start_at is None else filters.parse_time("start_at", start_at),
         tags=tags,
+        headers=field_of(body, "headers", dict, None),  # checked by the engine
     )
     if attributes:
         await call.engine.set_attributes(handle.id, attributes)
@@ -209,6 +211,7 @@ ENDPOINTS = (
                 "start_at": {"type": ["number", "string"]},
                 "tags": {"type": "array", "items": {"type": "string"}},
                 "attributes": _OBJ,
+                "headers": {"type": "object", "additionalProperties": {"type": "string"}},
             },
         },
         responses={201: "Started (or the existing run, with on_conflict=use_existing)"},
