@@ -184,6 +184,7 @@ _FILTER_QUERY = (
     ("id_prefix", "string", "Runs whose id starts with this."),
     ("parent_id", "string", "Children of this run."),
     ("tag", "string", "A tag; repeat for several (AND)."),
+    ("failure_category", "string", "Why runs failed: application, timeout, cancellation, ..."),
     ("created_after", "string", "ISO 8601 time or epoch seconds."),
     ("created_before", "string", "ISO 8601 time or epoch seconds."),
     ("updated_after", "string", "ISO 8601 time or epoch seconds."),
@@ -234,7 +235,10 @@ ENDPOINTS = (
         handler=aggregate,
         scopes=("workflows:read",),
         summary="Count runs per status, type or attribute",
-        query=(("group_by", "string", "status, type or an attribute name."), *_FILTER_QUERY),
+        query=(
+            ("group_by", "string", "status, type, failure_category or an attribute name."),
+            *_FILTER_QUERY,
+        ),
     ),
     Endpoint(
         method="POST",
