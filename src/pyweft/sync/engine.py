@@ -35,6 +35,7 @@ from pyweft.engine.replay.stats import EngineStats
 from pyweft.engine.steps.async_completion import PendingActivity
 from pyweft.engine.visibility.reader import Group, History
 from pyweft.errors import EngineClosedError
+from pyweft.observability.interceptors import Interceptor
 from pyweft.storage.base import Storage
 from pyweft.sync import process
 from pyweft.sync.blocking import Blocking
@@ -101,6 +102,7 @@ class Engine:
         claim_renew_interval: Duration = 5.0,
         max_cached_runs: int = DEFAULT_MAX_CACHED_RUNS,
         stall_threshold: Duration | None = 1.0,
+        interceptors: Iterable[Interceptor] = (),
     ) -> None:
         self._lock = threading.Lock()
         self._state: State = "new"
@@ -138,6 +140,7 @@ class Engine:
                 claim_renew_interval=claim_renew_interval,
                 max_cached_runs=max_cached_runs,
                 stall_threshold=stall_threshold,
+                interceptors=interceptors,
             )
         except BaseException:
             self._loop.stop()
@@ -305,6 +308,9 @@ class Engine:
     def stats(self) -> EngineStats:
         return self._loop.call(self._engine.stats)
 
+    def metrics_text(self) -> str:
+        return self._loop.call(self._engine.metrics_text)
+
     def store_ownership(self) -> StoreOwnership:
         return self._run(self._engine.store_ownership)
 
@@ -325,6 +331,7 @@ class Engine:
         start_delay: Duration | None = None,
         start_at: datetime | float | None = None,
         tags: Sequence[str] = (),
+        headers: Mapping[str, str] | None = None,
     ) -> WorkflowHandle[R]: ...
     @overload
     def start(
@@ -338,6 +345,7 @@ class Engine:
         start_delay: Duration | None = None,
         start_at: datetime | float | None = None,
         tags: Sequence[str] = (),
+        headers: Mapping[str, str] | None = None,
     ) -> WorkflowHandle[Any]: ...
     def start(
         self,
@@ -350,6 +358,7 @@ class Engine:
         start_delay: Duration | None = None,
         start_at: datetime | float | None = None,
         tags: Sequence[str] = (),
+        headers: Mapping[str, str] | None = None,
     ) -> WorkflowHandle[Any]:
         """Create a run and start driving it. Returns once the run is durably stored."""
         # The typed overloads are for callers; this forwards whatever it was given.
@@ -365,6 +374,7 @@ class Engine:
             start_delay=start_delay,
             start_at=start_at,
             tags=tags,
+            headers=headers,
         )
         return WorkflowHandle(self, handle.id)
 
@@ -582,6 +592,7 @@ class Engine:
         attributes: Mapping[str, Any] | None = None,
         tags: Sequence[str] | None = None,
         schedule_id: str | None = None,
+        failure_category: str | None = None,
         limit: int = 100,
         cursor: str | None = None,
     ) -> Page[WorkflowInfo]:
@@ -598,6 +609,7 @@ class Engine:
             attributes=attributes,
             tags=tags,
             schedule_id=schedule_id,
+            failure_category=failure_category,
             limit=limit,
             cursor=cursor,
         )
