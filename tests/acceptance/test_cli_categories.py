@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -60,24 +61,29 @@ async def test_cli_filters_counts_and_shows_failure_categories(tmp_path: Path) -
         with pytest.raises(WorkflowCancelledError):
             await engine.get_handle("n1").result(timeout=5)
 
-    listed = pyweft(db, "workflows", "list", "--category", "application", "--json")
+    commands = [
+        ("workflows", "list", "--category", "application", "--json"),
+        ("workflows", "count", "--by", "failure_category", "--json"),
+        ("workflows", "show", "n1"),
+        ("workflows", "list"),
+        ("workflows", "list", "--category", "oops"),
+    ]
+    with ThreadPoolExecutor(max_workers=len(commands)) as pool:  # each mostly starts up
+        listed, counted, shown, table, bad = pool.map(lambda c: pyweft(db, *c), commands)
+
     assert listed.returncode == 0, listed.stderr
     items = json.loads(listed.stdout)["items"]
     assert sorted(i["id"] for i in items) == ["c1", "c2"]
     assert {i["failure_category"] for i in items} == {"application"}
 
-    counted = pyweft(db, "workflows", "count", "--by", "failure_category", "--json")
     assert counted.returncode == 0, counted.stderr
     groups = {g["key"]: g["count"] for g in json.loads(counted.stdout)["groups"]}
     assert groups == {"application": 2, "cancellation": 1}
 
-    shown = pyweft(db, "workflows", "show", "n1")
     assert shown.returncode == 0, shown.stderr
     assert any(line.split() == ["category", "cancellation"] for line in shown.stdout.splitlines())
 
-    table = pyweft(db, "workflows", "list")
     assert "category" in table.stdout.splitlines()[0]
 
-    bad = pyweft(db, "workflows", "list", "--category", "oops")
     assert bad.returncode != 0
     assert "unknown failure_category 'oops'" in bad.stderr

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
@@ -14,6 +14,7 @@ from pyweft import (
     ConfigurationError,
     Engine,
     InvalidArgumentError,
+    QueryNotFoundError,
     RetryPolicy,
     WorkflowContext,
     activity,
@@ -289,3 +290,51 @@ async def test_headers_survive_a_restart(backend: Backend) -> None:
         result = await engine.get_handle("s1").result(timeout=5)
     assert result == {"wf": {"request-id": "r-9"}, "activity": {"request-id": "r-9"}}
     assert ("a", "workflow", "sleeper", True) in seen
+
+
+@dataclass
+class Point:
+    x: int
+    y: int
+
+
+@workflow
+async def typed_handlers(ctx: WorkflowContext) -> list[str]:
+    seen_types: list[str] = []
+
+    def lookup(p: Point) -> str:
+        seen_types.append(type(p).__name__)
+        return f"{p.x},{p.y}"
+
+    def move(p: Point) -> int:
+        seen_types.append(type(p).__name__)
+        return p.x + p.y
+
+    ctx.on_query("lookup", lookup)
+    ctx.on_update("move", move)
+    await ctx.wait_for_signal("stop")
+    return seen_types
+
+
+async def test_wrapped_handlers_still_decode_to_their_annotated_types(backend: Backend) -> None:
+    class Passing(Interceptor):
+        def handle_query(self, input: QueryInput, next: Callable[[QueryInput], Any]) -> Any:
+            return next(input)
+
+        def handle_update(self, input: UpdateInput, next: Callable[[UpdateInput], Any]) -> Any:
+            return next(input)
+
+    async with backend.engine(workflows=[typed_handlers], interceptors=[Passing()]) as engine:
+        handle = await engine.start(typed_handlers, id="t1")
+        await eventually(lambda: engine.is_running_here("t1"), what="running")
+
+        async def answered() -> bool:
+            try:
+                return await engine.query("t1", "lookup", Point(1, 2)) == "1,2"
+            except QueryNotFoundError:
+                return False
+
+        await eventually(answered, what="the query handler")
+        assert await engine.update("t1", "move", Point(3, 4), timeout=5) == 7
+        await engine.signal("t1", "stop")
+        assert await handle.result(timeout=5) == ["Point", "Point"]

@@ -171,6 +171,7 @@ class Client(PublishedClient):
         start_at: datetime | float | None = None,
         tags: Sequence[str] = (),
         attributes: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> RemoteWorkflowHandle:
         body: dict[str, Any] = {"type": _type_name(wf), "args": list(args)}
         for name, value in (
@@ -180,6 +181,7 @@ class Client(PublishedClient):
             ("start_delay", parse_optional_duration(start_delay, field="start_delay")),
             ("start_at", _time(start_at)),
             ("attributes", dict(attributes) if attributes else None),
+            ("headers", dict(headers) if headers else None),
         ):
             if value is not None:
                 body[name] = value

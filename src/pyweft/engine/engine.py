@@ -138,6 +138,8 @@ class Engine(MessagingAPI, InspectionAPI, WorkersAPI, QueuesAPI):
     the engine past its claims or lease is failed (``EventLoopStall``).
     ``queues``: workflow queues this engine accepts ``enqueue`` to and (unless it is
     a client) dispatches; see :class:`Queue` and ``docs/guides/queues.md``.
+    ``interceptors``: ``pyweft.observability.Interceptor`` instances, the first
+    outermost (docs/guides/observability.md).
     """
 
     supported_schema_version: int = keys.SCHEMA_VERSION

@@ -8,6 +8,7 @@ per operation and nothing else.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, cast
@@ -196,6 +197,7 @@ def wrap_query(run: Run, name: str, fn: Callable[..., Any]) -> Callable[..., Any
         return fn
     wrap = chain._query
 
+    @functools.wraps(fn)  # (its annotations decode the query's arguments)
     def handler(*args: Any) -> Any:
         first = QueryInput(
             workflow_id=run.id,
@@ -215,6 +217,7 @@ def wrap_update(run: Run, name: str, fn: Callable[..., Any]) -> Callable[..., An
         return fn
     wrap = chain._update
 
+    @functools.wraps(fn)  # (its annotations decode the update's payload)
     def handler(*args: Any) -> Any:
         first = UpdateInput(
             workflow_id=run.id,
@@ -226,7 +229,6 @@ def wrap_update(run: Run, name: str, fn: Callable[..., Any]) -> Callable[..., An
         )
         return compose_sync(wrap, "handle_update", lambda i: fn(*i.args))(first)
 
-    handler.__wrapped__ = fn  # type: ignore[attr-defined]  # (call_types reads annotations)
     return handler
 
 

@@ -63,8 +63,17 @@ class TracingInterceptor(Interceptor):
         attributes = {"pyweft.workflow_type": input.workflow_type}
         if input.parent_id is not None:
             attributes["pyweft.parent_id"] = input.parent_id
+        # A caller in another process (an HTTP client) may send its trace context in the
+        # headers: the start span joins that trace. Otherwise (and for a child, whose
+        # headers are its parent's), the current context: the caller's, or the child span.
+        given = None
+        if input.parent_id is None and "traceparent" in input.headers:
+            given = _PROPAGATOR.extract(input.headers)
         with self._tracer.start_as_current_span(
-            f"start {input.workflow_type}", kind=SpanKind.PRODUCER, attributes=attributes
+            f"start {input.workflow_type}",
+            context=given,
+            kind=SpanKind.PRODUCER,
+            attributes=attributes,
         ) as span:
             carrier: dict[str, str] = {}
             _PROPAGATOR.inject(carrier)

@@ -25,6 +25,7 @@ _START_FIELDS = {
     "start_at",
     "tags",
     "attributes",
+    "headers",
 }
 
 
@@ -53,6 +54,7 @@ async def start(call: Call) -> Response:
         start_at=None if start_at is None else filters.parse_time("start_at", start_at),
         tags=tags,
         attributes=attributes,  # indexed in the create write (issue 16)
+        headers=field_of(body, "headers", dict, None),  # checked by the engine
     )
     return JSON({"id": handle.id}, status_code=201)
 
@@ -179,6 +181,7 @@ _FILTER_QUERY = (
     ("id_prefix", "string", "Runs whose id starts with this."),
     ("parent_id", "string", "Children of this run."),
     ("tag", "string", "A tag; repeat for several (AND)."),
+    ("failure_category", "string", "Why runs failed: application, timeout, cancellation, ..."),
     ("created_after", "string", "ISO 8601 time or epoch seconds."),
     ("created_before", "string", "ISO 8601 time or epoch seconds."),
     ("updated_after", "string", "ISO 8601 time or epoch seconds."),
@@ -206,6 +209,7 @@ ENDPOINTS = (
                 "start_at": {"type": ["number", "string"]},
                 "tags": {"type": "array", "items": {"type": "string"}},
                 "attributes": _OBJ,
+                "headers": {"type": "object", "additionalProperties": {"type": "string"}},
             },
         },
         responses={201: "Started (or the existing run, with on_conflict=use_existing)"},
@@ -228,7 +232,10 @@ ENDPOINTS = (
         handler=aggregate,
         scopes=("workflows:read",),
         summary="Count runs per status, type or attribute",
-        query=(("group_by", "string", "status, type or an attribute name."), *_FILTER_QUERY),
+        query=(
+            ("group_by", "string", "status, type, failure_category or an attribute name."),
+            *_FILTER_QUERY,
+        ),
     ),
     Endpoint(
         method="POST",

@@ -38,6 +38,7 @@ from pyweft.engine.schemas import WorkflowSchema
 from pyweft.engine.steps.async_completion import PendingActivity
 from pyweft.engine.visibility.reader import Group, History
 from pyweft.errors import EngineClosedError
+from pyweft.observability.interceptors import Interceptor
 from pyweft.storage.base import Storage
 from pyweft.sync import process
 from pyweft.sync.blocking import Blocking
@@ -109,6 +110,7 @@ class Engine(PublishedMixin, QueuesSync, WorkersTwins):
         stall_threshold: Duration | None = 1.0,
         serve_queues: Iterable[str] | None = None,
         queues: Iterable[Queue] = (),
+        interceptors: Iterable[Interceptor] = (),
     ) -> None:
         self._lock = threading.Lock()
         self._state: State = "new"
@@ -148,6 +150,7 @@ class Engine(PublishedMixin, QueuesSync, WorkersTwins):
                 stall_threshold=stall_threshold,
                 serve_queues=serve_queues,
                 queues=queues,
+                interceptors=interceptors,
             )
         except BaseException:
             self._loop.stop()
@@ -312,14 +315,14 @@ class Engine(PublishedMixin, QueuesSync, WorkersTwins):
     def store_was_new(self) -> bool:
         return self._engine.store_was_new
 
-    def metrics_text(self) -> str:
-        return self._loop.call(self._engine.metrics_text)
-
     def lease_health(self) -> LeaseHealth:
         return self._loop.call(self._engine.lease_health)
 
     def stats(self) -> EngineStats:
         return self._loop.call(self._engine.stats)
+
+    def metrics_text(self) -> str:
+        return self._loop.call(self._engine.metrics_text)
 
     def store_ownership(self) -> StoreOwnership:
         return self._run(self._engine.store_ownership)
@@ -342,6 +345,7 @@ class Engine(PublishedMixin, QueuesSync, WorkersTwins):
         start_at: datetime | float | None = None,
         tags: Sequence[str] = (),
         attributes: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> WorkflowHandle[R]: ...
     @overload
     def start(
@@ -356,6 +360,7 @@ class Engine(PublishedMixin, QueuesSync, WorkersTwins):
         start_at: datetime | float | None = None,
         tags: Sequence[str] = (),
         attributes: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> WorkflowHandle[Any]: ...
     def start(
         self,
@@ -369,6 +374,7 @@ class Engine(PublishedMixin, QueuesSync, WorkersTwins):
         start_at: datetime | float | None = None,
         tags: Sequence[str] = (),
         attributes: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> WorkflowHandle[Any]:
         """Create a run and start driving it. Returns once the run is durably stored."""
         # The typed overloads are for callers; this forwards whatever it was given.
@@ -385,6 +391,7 @@ class Engine(PublishedMixin, QueuesSync, WorkersTwins):
             start_at=start_at,
             tags=tags,
             attributes=attributes,
+            headers=headers,
         )
         return WorkflowHandle(self, handle.id)
 
@@ -602,6 +609,7 @@ class Engine(PublishedMixin, QueuesSync, WorkersTwins):
         attributes: Mapping[str, Any] | None = None,
         tags: Sequence[str] | None = None,
         schedule_id: str | None = None,
+        failure_category: str | None = None,
         limit: int = 100,
         cursor: str | None = None,
     ) -> Page[WorkflowInfo]:
@@ -618,6 +626,7 @@ class Engine(PublishedMixin, QueuesSync, WorkersTwins):
             attributes=attributes,
             tags=tags,
             schedule_id=schedule_id,
+            failure_category=failure_category,
             limit=limit,
             cursor=cursor,
         )
