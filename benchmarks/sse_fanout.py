@@ -227,8 +227,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "fanapp.py").write_text(APP)
         port = free_port()
+        # SSE_FANOUT_PROFILE=out.prof runs the server under cProfile (for finding hot spots).
+        profile = os.environ.get("SSE_FANOUT_PROFILE")
+        wrap = [sys.executable, "-m", "cProfile", "-o", profile] if profile else []
         subprocess_proc = subprocess.Popen(
-            [pyweft, "serve", "fanapp:engine", "--port", str(port), "--no-dashboard"],
+            [*wrap, pyweft, "serve", "fanapp:engine", "--port", str(port), "--no-dashboard"],
             cwd=tmp,
             env={**os.environ, "PYTHONPATH": tmp},
         )

@@ -25,6 +25,9 @@ from pyweft import Engine, InvalidArgumentError, WorkflowEvent
 from pyweft.client.wire import dumps, event_to_json
 
 
+_DROPPED = "events before the journal were dropped"
+
+
 @dataclass(frozen=True, slots=True)
 class FeedFilter:
     workflow_id: str | None = None
@@ -67,8 +70,9 @@ class _Entry:
         self.event = event
         self.item: FeedItem | None = None
 
-    def feed_item(self, cursor: str) -> FeedItem:
+    def feed_item(self, epoch: str) -> FeedItem:
         if self.item is None:
+            cursor = f"{epoch}-{self.seq}"
             data = event_to_json(self.event)
             frame = b"event: event\nid: %s\ndata: %s\n\n" % (cursor.encode(), dumps(data))
             self.item = FeedItem(kind="event", cursor=cursor, data=data, sse=frame)
@@ -96,6 +100,10 @@ class EventJournal:
         self._flush_s = flush_s
         self._last_wake = float("-inf")
         self._wake_pending: asyncio.TimerHandle | None = None
+        # SSE bytes of every event from one sequence up to the newest, shared by the
+        # unfiltered feeds that are at that sequence (after a wake-up, usually all).
+        self._spans: dict[int, bytes] = {}
+        self._spans_upto = 0
 
     async def start(self) -> None:
         stream = self._engine.events()
@@ -203,7 +211,7 @@ class EventJournal:
         """The feed as batches: every item ready at one wake-up, to send in one write."""
         seq, gap = self.parse_cursor(cursor)
         if gap:
-            yield [FeedItem(kind="gap", data={"reason": "events before the journal were dropped"})]
+            yield [FeedItem(kind="gap", data={"reason": _DROPPED})]
         everything = flt.everything
         while not self._closed:
             changed = self._changed
@@ -213,7 +221,7 @@ class EventJournal:
             for entry in entries:
                 if not everything and not flt.matches(entry.event):
                     continue
-                batch.append(entry.feed_item(self.cursor(entry.seq)))
+                batch.append(entry.feed_item(self.epoch))
                 if until is not None and until(entry.event):
                     yield batch
                     return
@@ -227,6 +235,48 @@ class EventJournal:
                     await changed.wait()
             except TimeoutError:
                 yield [FeedItem(kind="ping")]
+
+    def _span(self, seq: int) -> bytes:
+        if self._spans_upto != self._seq:
+            self._spans = {}
+            self._spans_upto = self._seq
+        blob = self._spans.get(seq)
+        if blob is None:
+            blob = b"".join(e.feed_item(self.epoch).sse or b"" for e in self._newer(seq))
+            self._spans[seq] = blob
+        return blob
+
+    async def follow_sse(
+        self,
+        flt: FeedFilter,
+        cursor: str | None,
+        *,
+        ping_s: float,
+        until: Callable[[WorkflowEvent], bool] | None = None,
+        encode: Callable[[FeedItem], bytes],
+    ) -> AsyncIterator[bytes]:
+        """The feed as SSE bytes, one write per wake-up. An unfiltered feed (the fleet
+        feed without parameters) shares one encoded span with every feed at the same
+        sequence, so a wake-up costs each such feed a lookup, not a pass over events."""
+        if until is not None or not flt.everything:
+            async for batch in self.follow_batches(flt, cursor, ping_s=ping_s, until=until):
+                yield b"".join(item.sse or encode(item) for item in batch)
+            return
+        seq, missed = self.parse_cursor(cursor)
+        if missed:
+            yield encode(FeedItem(kind="gap", data={"reason": _DROPPED}))
+        while not self._closed:
+            changed = self._changed
+            if self._seq > seq:
+                blob = self._span(seq)
+                seq = self._seq
+                yield blob
+                continue
+            try:
+                async with asyncio.timeout(ping_s):
+                    await changed.wait()
+            except TimeoutError:
+                yield encode(FeedItem(kind="ping"))
 
     async def follow(
         self,

@@ -68,9 +68,10 @@ async def _sse_response(call: Call, workflow_id: str | None) -> Response:
 
     async def body() -> AsyncIterator[bytes]:
         yield b": connected\n\n"
-        batches = journal.follow_batches(flt, cursor, ping_s=call.state.ping_s, until=until)
-        async for batch in batches:
-            yield b"".join(_sse(item) for item in batch)
+        async for chunk in journal.follow_sse(
+            flt, cursor, ping_s=call.state.ping_s, until=until, encode=_sse
+        ):
+            yield chunk
 
     slots: StreamSlots = call.state.slots
     if not slots.take(flt.workflow_id):
