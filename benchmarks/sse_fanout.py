@@ -99,10 +99,7 @@ class Subscriber:
             raise SystemExit(f"subscribe failed: {head[:200]!r}")
         buffer = b""
         while not stop.is_set():
-            try:
-                chunk = await asyncio.wait_for(reader.read(1 << 20), 0.5)
-            except TimeoutError:
-                continue
+            chunk = await reader.read(1 << 20)  # the task is cancelled at the end
             if not chunk:
                 break
             now = time.time()
@@ -126,18 +123,45 @@ class Subscriber:
 
 
 async def produce(url: str, rate_runs: float, seconds: float, steps: int) -> int:
+    """Start runs at ``rate_runs`` per second, at most 64 starts in flight: a server
+    slower than the target is measured at the rate it manages (printed), not flooded."""
     started = 0
-    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+    gate = asyncio.Semaphore(64)
+    timeout = httpx.Timeout(60.0, pool=None)
+    limits = httpx.Limits(max_connections=64)
+    async with httpx.AsyncClient(base_url=url, timeout=timeout, limits=limits) as http:
+
+        async def one(number: int) -> None:
+            # An id and use_existing make a retry safe: the server may close an idle
+            # keep-alive connection just as it is reused (a busy machine idles them).
+            body = {
+                "type": "ticks",
+                "args": [steps],
+                "id": f"fan-{number}",
+                "on_conflict": "use_existing",
+            }
+            try:
+                for attempt in range(3):
+                    try:
+                        await http.post("/api/v1/workflows", json=body)
+                        return
+                    except httpx.TransportError:
+                        if attempt == 2:
+                            raise
+            finally:
+                gate.release()
+
         begin = time.perf_counter()
-        in_flight: set[asyncio.Task[httpx.Response]] = set()
+        in_flight: set[asyncio.Task[None]] = set()
         while (elapsed := time.perf_counter() - begin) < seconds:
             due = int(elapsed * rate_runs) + 1
-            while started < due:
-                body = {"type": "ticks", "args": [steps]}
-                task = asyncio.create_task(http.post("/api/v1/workflows", json=body))
+            while started < due and elapsed < seconds:
+                await gate.acquire()
+                task = asyncio.create_task(one(started))
                 in_flight.add(task)
                 task.add_done_callback(in_flight.discard)
                 started += 1
+                elapsed = time.perf_counter() - begin
             await asyncio.sleep(0.005)
         if in_flight:
             await asyncio.gather(*in_flight)
@@ -164,11 +188,14 @@ async def events_per_run(url: str, port: int) -> int:
     task = asyncio.create_task(sub.run(port, stop))
     await sub.connected.wait()
     async with httpx.AsyncClient(base_url=url) as http:
-        run = (await http.post("/api/v1/workflows", json={"type": "ticks", "args": [STEPS_PER_RUN]})).json()
+        run = (
+            await http.post("/api/v1/workflows", json={"type": "ticks", "args": [STEPS_PER_RUN]})
+        ).json()
         await http.get(f"/api/v1/workflows/{run['id']}/result", params={"wait": 10})
     await asyncio.sleep(0.5)
     stop.set()
-    await task
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
     return sub.count
 
 
@@ -191,7 +218,9 @@ async def measure(url: str, port: int, pid: int, args: argparse.Namespace) -> No
     await asyncio.sleep(2.0)  # let the last events drain
     server_cpu, client_cpu = cpu_s(pid) - server_cpu0, time.process_time() - client_cpu0
     stop.set()
-    await asyncio.gather(*tasks)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
     wall = produced_until - wall0
     probes = [s for s in subs if s.probe]
     lags = [lag * 1000 for s in probes for at, lag in s.lags if wall0 <= at <= produced_until]
