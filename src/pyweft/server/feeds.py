@@ -82,14 +82,22 @@ class _Entry:
 class EventJournal:
     """Numbers and keeps this engine's events, and wakes the feeds that follow them.
 
-    Feeds are woken at most once per ``flush_s`` (right away when the journal has been
-    quiet that long): at a high event rate each feed then sends a batch per wake-up
-    instead of waking, and writing to its socket, once per event. That bounds the
-    server's work by the number of feeds, not feeds times events, for at most
-    ``flush_s`` of added delay.
+    While events flow, feeds are woken once per interval (right away after a quiet
+    spell), and each sends everything new as one write instead of waking, and writing
+    to its socket, once per event. The interval grows with the number of open feeds
+    (``feeds / max_wakeups_per_s``, from 2 ms up to ``max_flush_s``), so a busy server
+    does about ``max_wakeups_per_s`` feed wake-ups per second however many feeds are
+    open, and a handful of feeds still hear of an event within milliseconds.
     """
 
-    def __init__(self, engine: Engine, capacity: int = 10_000, *, flush_s: float = 0.02) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        capacity: int = 10_000,
+        *,
+        max_wakeups_per_s: float = 20_000.0,
+        max_flush_s: float = 0.05,
+    ) -> None:
         self.epoch = secrets.token_hex(4)
         self._engine = engine
         self._events: deque[_Entry] = deque(maxlen=capacity)
@@ -97,7 +105,9 @@ class EventJournal:
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closed = False
-        self._flush_s = flush_s
+        self._wakeups_per_s = max_wakeups_per_s
+        self._max_flush_s = max_flush_s
+        self._feeds = 0  # feeds following now (they set the wake-up interval)
         self._last_wake = float("-inf")
         self._wake_pending: asyncio.TimerHandle | None = None
         # SSE bytes of every event from one sequence up to the newest, shared by the
@@ -125,10 +135,11 @@ class EventJournal:
             self._wake()
             return
         now = loop.time()
-        if now - self._last_wake >= self._flush_s:
+        interval = min(self._max_flush_s, max(0.002, self._feeds / self._wakeups_per_s))
+        if now - self._last_wake >= interval:
             self._wake(now)
         else:
-            self._wake_pending = loop.call_at(self._last_wake + self._flush_s, self._wake)
+            self._wake_pending = loop.call_at(self._last_wake + interval, self._wake)
 
     def _wake(self, now: float | None = None) -> None:
         self._wake_pending = None
@@ -213,6 +224,21 @@ class EventJournal:
         if gap:
             yield [FeedItem(kind="gap", data={"reason": _DROPPED})]
         everything = flt.everything
+        self._feeds += 1
+        try:
+            async for batch in self._batches(flt, seq, everything, ping_s, until):
+                yield batch
+        finally:
+            self._feeds -= 1
+
+    async def _batches(
+        self,
+        flt: FeedFilter,
+        seq: int,
+        everything: bool,
+        ping_s: float,
+        until: Callable[[WorkflowEvent], bool] | None,
+    ) -> AsyncIterator[list[FeedItem]]:
         while not self._closed:
             changed = self._changed
             entries = self._newer(seq)
@@ -265,6 +291,16 @@ class EventJournal:
         seq, missed = self.parse_cursor(cursor)
         if missed:
             yield encode(FeedItem(kind="gap", data={"reason": _DROPPED}))
+        self._feeds += 1
+        try:
+            async for chunk in self._spans_from(seq, ping_s, encode):
+                yield chunk
+        finally:
+            self._feeds -= 1
+
+    async def _spans_from(
+        self, seq: int, ping_s: float, encode: Callable[[FeedItem], bytes]
+    ) -> AsyncIterator[bytes]:
         while not self._closed:
             changed = self._changed
             if self._seq > seq:
