@@ -233,7 +233,8 @@ async def measure(url: str, port: int, pid: int, args: argparse.Namespace) -> No
     print(f"event rate: {len(reference) / wall:,.0f} events/s over {wall:.1f} s")
     print(
         f"delivery lag over {len(lags):,} (probe, event) pairs: "
-        f"p50 {statistics.median(lags):.1f} ms, p90 {pct(lags, 90):.1f}, p99 {pct(lags, 99):.1f}, max {max(lags):.1f}"
+        f"p50 {statistics.median(lags):.1f} ms, p90 {pct(lags, 90):.1f}, "
+        f"p99 {pct(lags, 99):.1f}, max {max(lags):.1f}"
     )
     print(
         f"CPU: server {server_cpu:.1f} s ({100 * server_cpu / (wall + 2):.0f}% of one core), "

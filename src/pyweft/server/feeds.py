@@ -24,7 +24,6 @@ from typing import Any
 from pyweft import Engine, InvalidArgumentError, WorkflowEvent
 from pyweft.client.wire import dumps, event_to_json
 
-
 _DROPPED = "events before the journal were dropped"
 
 
