@@ -257,6 +257,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "fanapp.py").write_text(APP)
         port = free_port()
+        log = Path(tmp, "server.log").open("wb")  # noqa: SIM115 - closed after the server
         # SSE_FANOUT_PROFILE=out.prof runs the server under cProfile (for finding hot spots).
         profile = os.environ.get("SSE_FANOUT_PROFILE")
         wrap = [sys.executable, "-m", "cProfile", "-o", profile] if profile else []
@@ -264,12 +265,23 @@ def main() -> None:
             [*wrap, pyweft, "serve", "fanapp:engine", "--port", str(port), "--no-dashboard"],
             cwd=tmp,
             env={**os.environ, "PYTHONPATH": tmp},
+            # The access log goes to a file: a pipe read by a busy terminal blocks
+            # the server's event loop on every line it writes.
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         try:
             asyncio.run(measure(f"http://127.0.0.1:{port}", port, subprocess_proc.pid, args))
         finally:
             subprocess_proc.send_signal(signal.SIGTERM)
             subprocess_proc.wait(timeout=30)
+            log.close()
+            warnings = [
+                line
+                for line in Path(tmp, "server.log").read_text().splitlines()
+                if "blocked" in line or "Error" in line
+            ]
+            print(f"server log: {len(warnings)} warning/error lines", *warnings[:3], sep="\n  ")
 
 
 if __name__ == "__main__":
