@@ -42,6 +42,8 @@ def feed_filter(query: Any, workflow_id: str | None) -> FeedFilter:
 
 
 def _sse(item: FeedItem) -> bytes:
+    if item.sse is not None:
+        return item.sse
     if item.kind == "ping":
         return b": ping\n\n"
     lines = [f"event: {item.kind}"]
@@ -66,8 +68,10 @@ async def _sse_response(call: Call, workflow_id: str | None) -> Response:
 
     async def body() -> AsyncIterator[bytes]:
         yield b": connected\n\n"
-        async for item in journal.follow(flt, cursor, ping_s=call.state.ping_s, until=until):
-            yield _sse(item)
+        async for chunk in journal.follow_sse(
+            flt, cursor, ping_s=call.state.ping_s, until=until, encode=_sse
+        ):
+            yield chunk
 
     slots: StreamSlots = call.state.slots
     if not slots.take(flt.workflow_id):
