@@ -30,6 +30,8 @@ from pyweft.definitions import ActivityDefinition, WorkflowDefinition
 from pyweft.engine.replay import keys, operations, records
 from pyweft.engine.replay.commit import Committer
 from pyweft.engine.replay.events import EventBus, EventKind, WorkflowEvent
+from pyweft.engine.replay.flow import RACE_BRANCH, RACE_PENDINGS, Deferred, RunEnding
+from pyweft.engine.replay.handler_runs import CURRENT_HANDLER, Invocations
 from pyweft.engine.replay.info import to_datetime
 from pyweft.engine.replay.records import (
     AppliedUpdate,
@@ -133,31 +135,8 @@ class RunServices:
     interceptors: Any = None  # pyweft.observability.chain.InterceptorChain, None if none
 
 
-Deferred = list[tuple[StepRecord, list[Op], list[Expect]]]
-# Set inside the branches of ctx.race: their step commits are collected, and the
-# race commits only the winner's, together with its own record.
-RACE_BRANCH: contextvars.ContextVar[Deferred | None] = contextvars.ContextVar(
-    "pyweft_race_branch", default=None
-)
-# Also set inside race branches, one set per enclosing race branch (outermost first): the
-# steps whose progress records (open sleeps, activity attempts) the branch wrote, so a
-# race can delete a losing branch's records, nested races' included, with its own record.
-RACE_PENDINGS: contextvars.ContextVar[tuple[set[int], ...]] = contextvars.ContextVar(
-    "pyweft_race_pendings", default=()
-)
-
-
 class Superseded(BaseException):
     """Another writer committed this run's step or state: stop without writing."""
-
-
-class RunEnding(BaseException):
-    """The run must end ``failed`` with ``error`` whatever the workflow catches (e.g. it
-    passed its history limit): raised at every ctx call, never catchable as Exception."""
-
-    def __init__(self, error: PyweftError) -> None:
-        super().__init__(str(error))
-        self.error = error
 
 
 # Failures of the engine itself, never outcomes the workflow may react to: a run that
@@ -201,6 +180,8 @@ class Run:
     ) -> None:
         self.services = services
         self.definition = definition
+        # Async update handler invocations; their steps leave the workflow's journal here.
+        self.handlers = Invocations(journal, pendings)
         self.state = state
         self.state_raw = state_raw
         self.id = state.id
@@ -241,6 +222,8 @@ class Run:
         self.child_waits = 0  # live operations waiting for a child run or race branches
         self.timer_waits = 0  # wait_until futures not resolved yet (retry backoff...)
         self._open_pendings: set[int] = set(pendings)
+        for handler_pendings in self.handlers.pendings.values():
+            self._open_pendings.update(handler_pendings)
         self._lock = asyncio.Lock()
         self.update_lock = asyncio.Lock()
         self._journal_prefix = keys.journal_prefix(state.id)
@@ -526,6 +509,9 @@ class Run:
         )
 
     async def _process_updates(self) -> None:
+        # Messages are applied in the workflow's own flow, never by an update handler's task.
+        if CURRENT_HANDLER.get() is not None:
+            return
         if not self.replaying and self.services.updates is not None:
             await self.services.updates.process(self)
 
@@ -593,6 +579,7 @@ class Run:
             task = self.task
             if task is not None and task is not asyncio.current_task() and not task.done():
                 task.cancel()
+            self.handlers.cancel_all()
         return self._torn_down_error(self.torn_down.reason)
 
     def _torn_down_error(self, reason: str) -> RunTornDown:
@@ -666,7 +653,9 @@ class Run:
             return False
         for rec, _, _ in entries:
             self._open_pendings.discard(rec.step)
-            if rec.finished_at > self.logical_now:
+            # A handler's steps keep their own time (see handler_runs): the workflow's
+            # ctx.now() must not move with them, or it would depend on timing.
+            if rec.step < keys.HANDLER_STEP_BASE and rec.finished_at > self.logical_now:
                 self.logical_now = rec.finished_at
             self._emit_step(rec)
         return True
@@ -848,6 +837,8 @@ class Run:
         from pyweft.codec import encode_args
 
         await self.answers_written()
+        await self.handlers.abandon(self, "with continue_as_new")
+        self._refuse_if_torn_down()
         payload = encode_args(self.services.codec, args)
         if len(payload) > self.services.max_payload_bytes:
             raise payload_size_error(
@@ -872,6 +863,7 @@ class Run:
         self.has_children = False
         self.journal, self.pendings, self._open_pendings = {}, {}, set()
         self.recorded_updates, self.update_index, self.version_pins = {}, {}, {}
+        self.handlers.reset()
         self.query_handlers, self.update_handlers, self.signal_handlers = {}, {}, {}
         self._next_step = 0
         self.logical_now = now
@@ -974,6 +966,8 @@ class Run:
     ) -> None:
         """Commit the run's end, with its children's close policies in the same batch."""
         await self.answers_written()
+        await self.handlers.abandon(self, status)
+        self._refuse_if_torn_down()
         if self.unanswered:
             self.warn(
                 f"the run ends {status} with {len(self.unanswered)} update(s) taken by "
