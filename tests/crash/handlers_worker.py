@@ -73,7 +73,7 @@ async def tally(ctx: WorkflowContext, count: int) -> dict[str, Any]:
 
 
 @activity
-async def charge(item: str) -> str:
+def charge(item: str) -> str:
     with open(os.environ["PYWEFT_LEDGER"], "a") as ledger:
         ledger.write(item + "\n")
     return f"charged {item}"

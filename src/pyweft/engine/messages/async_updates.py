@@ -141,7 +141,11 @@ async def _answer(run: Run, handler: HandlerRun, outcome: tuple[bool, Any]) -> N
         run.emit("update_completed", name=handler.name, update_id=handler.update_id, ok=ok)
 
 
-def restart(run: Run, fn: Callable[..., Coroutine[Any, Any, Any]], applied: AppliedUpdate,
-            args: tuple[Any, ...]) -> None:
+def restart(
+    run: Run,
+    fn: Callable[..., Coroutine[Any, Any, Any]],
+    applied: AppliedUpdate,
+    args: tuple[Any, ...],
+) -> None:
     """Replay: the application record is reached; run the handler from its journal."""
     start(run, fn, args, applied.update_id, applied.name)

@@ -75,7 +75,9 @@ def make_handler(
 ) -> UpdateHandler:
     if not callable(fn):
         raise DefinitionError(f"the handler for update {name!r} must be a function, got {fn!r}")
-    if validator is not None and (inspect.iscoroutinefunction(validator) or not callable(validator)):
+    if validator is not None and (
+        inspect.iscoroutinefunction(validator) or not callable(validator)
+    ):
         raise DefinitionError(
             f"the validator for update {name!r} must be a plain (non-async) function: it "
             "runs before anything is written and may not take steps"

@@ -23,7 +23,6 @@ RACE_PENDINGS: contextvars.ContextVar[tuple[set[int], ...]] = contextvars.Contex
 )
 
 
-
 class RunEnding(BaseException):
     """The run must end ``failed`` with ``error`` whatever the workflow catches (e.g. it
     passed its history limit): raised at every ctx call, never catchable as Exception."""

@@ -135,9 +135,7 @@ class HandlerRun:
     def take_pending(self, step: int, kind: str, name: str) -> PendingStep | None:
         pend = self.pendings.pop(step, None)
         if pend is not None and (pend.kind != kind or pend.name != name):
-            self.base.nondeterminism(
-                step, f"an open {pend.kind} {pend.name!r}", f"{kind} {name!r}"
-            )
+            self.base.nondeterminism(step, f"an open {pend.kind} {pend.name!r}", f"{kind} {name!r}")
         return pend
 
     async def enter_live(self) -> None:

@@ -13,7 +13,6 @@ module is the machinery they share.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import hashlib
 import logging
 import random
@@ -30,7 +29,12 @@ from pyweft.definitions import ActivityDefinition, WorkflowDefinition
 from pyweft.engine.replay import keys, operations, records
 from pyweft.engine.replay.commit import Committer
 from pyweft.engine.replay.events import EventBus, EventKind, WorkflowEvent
-from pyweft.engine.replay.flow import RACE_BRANCH, RACE_PENDINGS, Deferred, RunEnding
+
+# Re-exported: the branch markers and RunEnding lived here before handler_runs shared them.
+from pyweft.engine.replay.flow import RACE_BRANCH as RACE_BRANCH
+from pyweft.engine.replay.flow import RACE_PENDINGS as RACE_PENDINGS
+from pyweft.engine.replay.flow import Deferred as Deferred
+from pyweft.engine.replay.flow import RunEnding as RunEnding
 from pyweft.engine.replay.handler_runs import CURRENT_HANDLER, Invocations
 from pyweft.engine.replay.info import to_datetime
 from pyweft.engine.replay.records import (
