@@ -102,6 +102,21 @@ async def test_handler_runs_an_activity_and_answers(backend: Backend) -> None:
         assert CALLS == ["tea"]
         kinds = [s.kind for s in await handle.history()]
         assert kinds.count("activity") == 1 and kinds.count("sleep") == 1
+        # A query on the finished run replays the handler from its journal, writing nothing.
+        assert await engine.query("s1", "bought") == ["tea"]
+        assert CALLS == ["tea"]
+
+
+async def test_handlers_of_an_evicted_run_are_replayed_when_it_wakes(backend: Backend) -> None:
+    async with backend.engine(
+        workflows=[shop], activities=[charge, gate], max_cached_runs=0
+    ) as engine:
+        handle = await engine.start(shop, id="s7")
+        assert await _update(engine, "s7", "buy", "tea", backend.clock) == "charged tea"
+        assert await _update(engine, "s7", "buy", "jam", backend.clock) == "charged jam"
+        await engine.update("s7", "close")
+        assert (await handle.result(timeout=5))["bought"] == ["jam", "tea"]
+        assert CALLS == ["tea", "jam"]
 
 
 async def test_validator_rejection_writes_nothing(backend: Backend) -> None:
