@@ -105,6 +105,10 @@ async def test_handler_runs_an_activity_and_answers(backend: Backend) -> None:
         # A query on the finished run replays the handler from its journal, writing nothing.
         assert await engine.query("s1", "bought") == ["tea"]
         assert CALLS == ["tea"]
+        # A fork keeps the handler's journal with its application: nothing runs again.
+        fork = await engine.fork("s1", id="s1-fork")
+        assert (await fork.result(timeout=5))["bought"] == ["tea"]
+        assert CALLS == ["tea"]
 
 
 async def test_handlers_of_an_evicted_run_are_replayed_when_it_wakes(backend: Backend) -> None:
