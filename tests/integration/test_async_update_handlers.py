@@ -244,3 +244,46 @@ async def test_a_handler_interrupted_by_a_restart_resumes_and_answers_once(
 
 async def _charged(engine: Engine, wid: str) -> bool:
     return any(s.kind == "activity" for s in await engine.history(wid))
+
+
+@workflow
+async def vault(ctx: WorkflowContext) -> list[str]:
+    unlocked = False
+    log: list[str] = []
+
+    @ctx.on_signal("unlock")
+    def unlock() -> None:
+        nonlocal unlocked
+        unlocked = True
+
+    @ctx.on_update("open")
+    async def open_(who: str) -> str:
+        await ctx.wait_until(lambda: unlocked)  # a handler's own condition step
+        log.append(who)
+        return f"opened for {who}"
+
+    await ctx.wait_for_signal("done")
+    await ctx.all_handlers_finished()
+    return log
+
+
+async def test_a_handler_waits_for_state_a_signal_handler_changes(backend: Backend) -> None:
+    async with backend.engine(workflows=[vault]) as engine:
+        handle = await engine.start(vault, id="v1")
+        waiting = asyncio.create_task(engine.update("v1", "open", "ann", timeout=10))
+        await eventually(lambda: _taken(engine, "v1"), what="the run took the update")
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+        await engine.signal("v1", "unlock")
+        assert await waiting == "opened for ann"
+    async with backend.engine(workflows=[vault]) as engine:  # replayed after a restart
+        await engine.signal("v1", "done")
+        assert await engine.get_handle("v1").result(timeout=5) == ["ann"]
+
+
+async def _taken(engine: Engine, wid: str) -> bool:
+    """The request is gone from the run's queue: its application is recorded."""
+    from pyweft.engine.replay import keys
+
+    storage = engine._core.storage
+    return not await storage.scan(keys.update_prefix(wid))
