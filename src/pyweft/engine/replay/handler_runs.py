@@ -42,7 +42,18 @@ CURRENT_HANDLER: contextvars.ContextVar[HandlerRun | None] = contextvars.Context
 )
 
 _OWN = frozenset(
-    {"base", "invocation", "journal", "pendings", "n", "task", "logical_now", "update_id", "name"}
+    {
+        "base",
+        "inside",
+        "invocation",
+        "journal",
+        "pendings",
+        "n",
+        "task",
+        "logical_now",
+        "update_id",
+        "name",
+    }
 )
 
 
@@ -52,6 +63,7 @@ class HandlerRun:
     __slots__ = tuple(sorted(_OWN))
 
     base: Run
+    inside: int  # live operations of this handler under way (0: it is between steps)
     invocation: int
     journal: dict[int, StepRecord]
     pendings: dict[int, PendingStep]
@@ -72,6 +84,7 @@ class HandlerRun:
     ) -> None:
         for attr, value in (
             ("base", base),
+            ("inside", 0),
             ("invocation", invocation),
             ("journal", journal),
             ("pendings", pendings),
@@ -148,6 +161,15 @@ class HandlerRun:
             raise RunEnding(base.fatal)
         base.check_alive()
 
+    async def live(self, aw: Any) -> Any:
+        """The run's ``live``, counted per handler: a handler between two steps keeps
+        the run from counting as idle (it would be evicted with no wake-up for it)."""
+        self.inside += 1
+        try:
+            return await self.base.live(aw)
+        finally:
+            self.inside -= 1
+
     async def commit_step(
         self, rec: StepRecord, ops: list[Any] | None = None, conds: list[Any] | None = None
     ) -> bool:
@@ -191,7 +213,13 @@ class Invocations:
 
     @property
     def idle(self) -> bool:
+        """No invocation is running (what ``ctx.all_handlers_finished`` waits for)."""
         return not self.running
+
+    @property
+    def all_waiting(self) -> bool:
+        """Every running invocation is inside a live operation (none between steps)."""
+        return all(handler.inside > 0 for handler in self.running.values())
 
     def start(
         self,

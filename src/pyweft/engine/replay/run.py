@@ -523,14 +523,14 @@ class Run:
     def idle(self) -> bool:
         """True while every live operation of the run is a wait parked in changed()."""
         parked = len(self._parked) if self._parked else 0
-        return parked > 0 and parked == self._live_ops
+        return parked > 0 and parked == self._live_ops and self.handlers.all_waiting
 
     @property
     def waiting(self) -> bool:
         """True while every live operation is a parked wait, a timer or a wait for a child
         run: the run moves only when time passes, a message comes or a child ends."""
         waits = (len(self._parked) if self._parked else 0) + self.child_waits + self.timer_waits
-        return waits > 0 and waits == self._live_ops
+        return waits > 0 and waits == self._live_ops and self.handlers.all_waiting
 
     def next_wake(self) -> float | None:
         """The earliest time a parked wait (or the run's execution timeout) must wake up."""
