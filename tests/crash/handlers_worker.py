@@ -12,6 +12,13 @@
     With ``relay``, run ``relay`` also starts: it sends ``tally`` COUNT ``add`` signals
     with ``ctx.signal_workflow``, and the kill comes right after the first batch that
     buffers one of them (before the sending step is recorded).
+
+``python handlers_worker.py DB 0 WHEN update``
+    Drives run ``orders`` instead: its ``async def`` update handler ``buy`` runs the
+    activity ``charge`` (which appends a line to the file ``$PYWEFT_LEDGER`` for each
+    execution) and answers with its receipt. ``WHEN=after`` kills the process right
+    after the batch that records the handler's activity step reached SQLite, before
+    the answer is written. ``close`` (a plain handler) lets the run end.
 """
 
 from __future__ import annotations
@@ -65,11 +72,50 @@ async def tally(ctx: WorkflowContext, count: int) -> dict[str, Any]:
     return {"seen": seen, "total": await ctx.run(total, seen)}
 
 
+@activity
+def charge(item: str) -> str:
+    with open(os.environ["PYWEFT_LEDGER"], "a") as ledger:
+        ledger.write(item + "\n")
+    return f"charged {item}"
+
+
+@workflow
+async def orders(ctx: WorkflowContext) -> list[str]:
+    bought: list[str] = []
+    closed = False
+
+    @ctx.on_update("buy")
+    async def buy(item: str) -> str:
+        receipt = await ctx.run(charge, item)
+        bought.append(item)
+        return receipt
+
+    @ctx.on_update("close")
+    def close() -> None:
+        nonlocal closed
+        closed = True
+
+    await ctx.wait_until(lambda: closed)
+    await ctx.all_handlers_finished()
+    return bought
+
+
 @workflow
 async def relay(ctx: WorkflowContext, count: int) -> int:
     for i in range(count):
         await ctx.signal_workflow("tally", "add", i)
     return count
+
+
+async def main_orders(db: str, when: str) -> None:
+    from pyweft.engine.replay import keys
+
+    # The journal key of the handler's first step (invocation 0, step 1).
+    prefix = keys.journal("orders", keys.handler_step(0, 1))
+    store = KillAtHandlerCommit(open_storage(f"sqlite:///{db}"), when, prefix)
+    async with Engine(store, workflows=[orders], poll_interval=0.05) as engine:  # type: ignore[arg-type]
+        handle = await engine.start(orders, id="orders", on_conflict="use_existing")
+        print(json.dumps(await handle.result(timeout=60)), flush=True)
 
 
 async def main(db: str, count: int, when: str, relaying: bool) -> None:
@@ -83,4 +129,7 @@ async def main(db: str, count: int, when: str, relaying: bool) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:] == ["relay"]))
+    if sys.argv[4:] == ["update"]:
+        asyncio.run(main_orders(sys.argv[1], sys.argv[3]))
+    else:
+        asyncio.run(main(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:] == ["relay"]))

@@ -10,7 +10,9 @@ recorded applications, applies the rest and returns every payload it applied.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -23,11 +25,14 @@ from pyweft import Engine
 WORKER = Path(__file__).with_name("handlers_worker.py")
 
 
-def _worker(db: Path, count: int, when: str, *extra: str) -> subprocess.Popen[bytes]:
+def _worker(
+    db: Path, count: int, when: str, *extra: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, str(WORKER), str(db), str(count), when, *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        env=None if env is None else {**os.environ, **env},
     )
 
 
@@ -55,12 +60,43 @@ async def test_signals_applied_by_a_handler_survive_sigkill_exactly_once(
     assert [s.kind for s in history] == ["condition", "activity"]
 
 
-async def _started(client: Engine) -> None:
+async def test_an_async_update_handler_killed_before_answering_answers_once(
+    tmp_path: Path,
+) -> None:
+    """The worker dies right after the handler's activity step is committed and before
+    the answer: the next worker replays the step (the activity does not run again),
+    resumes the handler and writes the one answer the waiting caller gets."""
+    db, ledger = tmp_path / "pyweft.db", tmp_path / "ledger.txt"
+    env = {"PYWEFT_LEDGER": str(ledger)}
+    async with Engine(f"sqlite:///{db}", role="client", poll_interval=0.05) as client:
+        first = _worker(db, 0, "after", "update", env=env)
+        await _started(client, "orders")
+        caller = asyncio.create_task(
+            client.update("orders", "buy", "tea", timeout=60, idempotency_key="once")
+        )
+        _, err = await asyncio.to_thread(first.communicate, timeout=30)
+        assert first.returncode == -signal.SIGKILL, err.decode()
+        assert ledger.read_text() == "tea\n"  # the activity ran, its step is committed
+        assert not caller.done()
+        second = _worker(db, 0, "never", "update", env=env)
+        assert await caller == "charged tea"
+        again = await client.update("orders", "buy", "tea", timeout=10, idempotency_key="once")
+        assert again == "charged tea"  # the same update: its one stored answer
+        await client.update("orders", "close", timeout=10)
+        out, err = await asyncio.to_thread(second.communicate, timeout=60)
+        assert second.returncode == 0, err.decode()
+        assert json.loads(out.decode().strip().splitlines()[-1]) == ["tea"]
+        kinds = [s.kind for s in await client.history("orders")]
+    assert ledger.read_text() == "tea\n"  # once per committed step
+    assert kinds.count("activity") == 1
+
+
+async def _started(client: Engine, workflow_id: str = "tally") -> None:
     from support.poll import eventually
 
     async def exists() -> bool:
         try:
-            await client.describe("tally")
+            await client.describe(workflow_id)
         except Exception:
             return False
         return True

@@ -30,6 +30,7 @@ from pyweft.engine.messages import conditions, handlers, outbound, reviews, sign
 from pyweft.engine.messages.reviews import Escalation, ReviewDecision
 from pyweft.engine.messages.updates import UpdateRequestHandle
 from pyweft.engine.replay import keys, operations
+from pyweft.engine.replay.handler_runs import CURRENT_HANDLER
 from pyweft.engine.replay.info import RunInfo, to_datetime
 from pyweft.engine.replay.run import ContinueAsNew, Run
 from pyweft.engine.steps import activities, attributes, recorded, timers
@@ -74,11 +75,20 @@ class _ReplayFilter(logging.LoggerAdapter):  # type: ignore[type-arg]
 class WorkflowContext:
     """Passed as the first argument to every workflow function."""
 
-    __slots__ = ("_log", "_run")
+    __slots__ = ("_base", "_log")
 
     def __init__(self, run: Run) -> None:
-        self._run = run
+        self._base = run
         self._log: logging.LoggerAdapter[logging.Logger] | None = None
+
+    @property
+    def _run(self) -> Run:
+        """The run, or inside an async update handler, the handler's view of it (its
+        steps are numbered and replayed from the invocation's own journal)."""
+        handler = CURRENT_HANDLER.get()
+        if handler is not None and handler.base is self._base:
+            return handler  # type: ignore[return-value]  # a view that acts as the run
+        return self._base
 
     @property
     def workflow_id(self) -> str:
@@ -330,9 +340,12 @@ class WorkflowContext:
     ) -> Callable[..., Any]:
         """Handle ``engine.update(id, name, payload)``: ``handler(payload)`` returns the answer.
 
-        The handler runs between steps and may change workflow state; its
-        application is recorded so replay rebuilds the same state. A
-        ``validator`` that raises rejects the update before anything is written.
+        A plain handler runs between steps and may change workflow state; its
+        application is recorded so replay rebuilds the same state. An ``async def``
+        handler may also run activities, sleep and wait (``ctx.run``, ``ctx.sleep``,
+        ``ctx.wait_until``...) with steps of its own; the caller gets its result, or
+        ``UpdateFailedError`` if it raises. A ``validator`` (always a plain function)
+        that raises rejects the update before anything is written.
         Usable as a decorator: ``@ctx.on_update("add")``.
         """
         signals.check_name(name, "update")
@@ -354,6 +367,13 @@ class WorkflowContext:
         seconds = parse_optional_duration(timeout, field="timeout")
         wait = updates.wait_for_update(self._run, self._run.alloc_step(), name, seconds)
         return chain.operation(self._run, "update", name, wait)
+
+    def all_handlers_finished(self, *, timeout: Duration | None = None) -> Awaitable[bool]:
+        """Wait (one durable step) until no async update handler is running, e.g. before
+        returning, so no caller is left without an answer. False on timeout."""
+        seconds = parse_optional_duration(timeout, field="timeout")
+        run = self._base
+        return conditions.wait_until(run, run.alloc_step(), lambda: run.handlers.idle, seconds)
 
     def wait_until(
         self, predicate: Callable[[], object], *, timeout: Duration | None = None

@@ -91,7 +91,8 @@ async def fork(
             f"cannot fork {source_id!r}: workflow {source.type!r} is not registered here",
             workflow_type=source.type,
         )
-    last = max(loaded.journal, default=0)
+    # The workflow's own steps: async update handlers number theirs far past them.
+    last = max((s for s in loaded.journal if s < keys.HANDLER_STEP_BASE), default=0)
     if from_step is not None and from_step > last:
         raise InvalidArgumentError(
             f"cannot fork {source_id!r} from step {from_step}: its last committed step is "
@@ -114,10 +115,14 @@ async def fork(
     )
     raw = records.encode(state)
     ops, conds = create_ops(state, raw)
+    kept = [u for u in loaded.applied if u.boundary <= upto]
+    # Async handler invocations are numbered in log order: the fork keeps the journals of
+    # those whose application it keeps (whole, as they were when the source was read).
+    invocations = sum(1 for u in kept if u.kind == "async_update")
     journal, applied, fork_updates = _own_update_ids(
         core,
-        {s: r for s, r in loaded.journal.items() if s <= upto},
-        [u for u in loaded.applied if u.boundary <= upto],
+        {s: r for s, r in loaded.journal.items() if _kept_step(s, upto, invocations)},
+        kept,
     )
     for step, rec in journal.items():
         ops.append(Put(key=keys.journal(workflow_id, step), value=records.encode(rec)))
@@ -164,6 +169,11 @@ async def fork(
         )
     )
     return workflow_id
+
+
+def _kept_step(step: int, upto: int, invocations: int) -> bool:
+    invocation = keys.handler_invocation(step)
+    return step <= upto if invocation is None else invocation < invocations
 
 
 def _own_update_ids(

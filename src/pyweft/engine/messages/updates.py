@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pyweft.codec import call_types
-from pyweft.engine.messages import handlers
+from pyweft.engine.messages import async_updates, handlers
 from pyweft.engine.messages.signals import check_name, terminal_error
 from pyweft.engine.replay import keys, records, waits
 from pyweft.engine.replay.operations import guarded, operation
@@ -67,19 +67,28 @@ class UpdateHandler:
     fn: Callable[..., Any]
     validator: Callable[..., Any] | None
     payload_type: object
+    is_async: bool = False  # an async def handler: runs steps, answers when it returns
 
 
 def make_handler(
     name: str, fn: Callable[..., Any], validator: Callable[..., Any] | None
 ) -> UpdateHandler:
-    for what, f in (("handler", fn), ("validator", validator)):
-        if f is not None and (inspect.iscoroutinefunction(f) or not callable(f)):
-            raise DefinitionError(
-                f"update {what} for {name!r} must be a plain (non-async) function: it runs "
-                "between steps and may only change workflow state"
-            )
+    if not callable(fn):
+        raise DefinitionError(f"the handler for update {name!r} must be a function, got {fn!r}")
+    if validator is not None and (
+        inspect.iscoroutinefunction(validator) or not callable(validator)
+    ):
+        raise DefinitionError(
+            f"the validator for update {name!r} must be a plain (non-async) function: it "
+            "runs before anything is written and may not take steps"
+        )
     types, _, _ = call_types(fn, skip_first=False)
-    return UpdateHandler(fn=fn, validator=validator, payload_type=types[0] if types else Any)
+    return UpdateHandler(
+        fn=fn,
+        validator=validator,
+        payload_type=types[0] if types else Any,
+        is_async=inspect.iscoroutinefunction(fn),
+    )
 
 
 def _args(run: Run, handler: UpdateHandler, payload: bytes | None) -> tuple[Any, ...]:
@@ -100,6 +109,15 @@ def reapply(run: Run, applied: AppliedUpdate) -> None:
             f"update {applied.name!r} applied by a handler",
             "no handler registered for it at that point",
         )
+        return
+    if applied.kind == async_updates.ASYNC_UPDATE or handler.is_async:
+        if applied.kind != async_updates.ASYNC_UPDATE or not handler.is_async:
+            run.nondeterminism(
+                applied.boundary,
+                f"update {applied.name!r} applied by a {applied.kind} handler",
+                "a handler of the other kind (async def / plain)",
+            )
+        async_updates.restart(run, handler.fn, applied, _args(run, handler, applied.payload))
         return
     try:
         handler.fn(*_args(run, handler, applied.payload))
@@ -157,6 +175,9 @@ async def _apply(
             handler.validator(*args)
     except Exception as exc:
         await _respond_rejected(run, key, raw, req, exc)
+        return
+    if handler.is_async:
+        await async_updates.apply(run, handler.fn, args, key, raw, req)
         return
     boundary = run.steps_allocated
     index = run.update_index.get(boundary, 0)

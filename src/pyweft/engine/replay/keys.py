@@ -31,6 +31,8 @@ Layout (``{id}`` is an encoded workflow id):
 ``ix:at:{name}:{value}:{created16}:{id}``  runs by search attribute value
 ``idem:{key}``                        idempotency key -> workflow id
 ``wf:{id}:u:{step10}:{index4}``       an update applied by a handler at a step boundary
+                                      (an async handler's own steps are journal and
+                                      pending keys numbered from HANDLER_STEP_BASE)
 ``wf:{id}:v:{change_id}``             a ctx.get_version pin
 ``wf:{id}:attrs``                     search attributes of the run
 ``sig:{id}:{name}:{class1}:{seq16}``  a buffered signal (class 0: start signal, 1: others)
@@ -162,6 +164,26 @@ def journal_prefix(workflow_id: str) -> str:
 
 def journal(workflow_id: str, step: int) -> str:
     return f"{wf(workflow_id)}:j:{step:010d}"
+
+
+HANDLER_STEP_BASE = 5_000_000_000
+"""Steps of async update handlers are numbered from here: invocation ``k`` of a
+generation (counted in application order) takes ``BASE + k * SPAN + 1`` onwards, so
+they never meet the workflow's own steps and every per-step key keeps working."""
+HANDLER_STEP_SPAN = 100_000
+MAX_HANDLER_INVOCATIONS = (10**10 - HANDLER_STEP_BASE) // HANDLER_STEP_SPAN
+
+
+def handler_step(invocation: int, n: int) -> int:
+    """The step number of the ``n``-th step (from 1) of async handler ``invocation``."""
+    return HANDLER_STEP_BASE + invocation * HANDLER_STEP_SPAN + n
+
+
+def handler_invocation(step: int) -> int | None:
+    """Which async handler invocation took ``step``; ``None`` for a workflow step."""
+    if step < HANDLER_STEP_BASE:
+        return None
+    return (step - HANDLER_STEP_BASE) // HANDLER_STEP_SPAN
 
 
 def pending_prefix(workflow_id: str) -> str:

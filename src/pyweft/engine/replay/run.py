@@ -13,7 +13,6 @@ module is the machinery they share.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import hashlib
 import logging
 import random
@@ -30,6 +29,13 @@ from pyweft.definitions import ActivityDefinition, WorkflowDefinition
 from pyweft.engine.replay import keys, operations, records
 from pyweft.engine.replay.commit import Committer
 from pyweft.engine.replay.events import EventBus, EventKind, WorkflowEvent
+
+# Re-exported: the branch markers and RunEnding lived here before handler_runs shared them.
+from pyweft.engine.replay.flow import RACE_BRANCH as RACE_BRANCH
+from pyweft.engine.replay.flow import RACE_PENDINGS as RACE_PENDINGS
+from pyweft.engine.replay.flow import Deferred as Deferred
+from pyweft.engine.replay.flow import RunEnding as RunEnding
+from pyweft.engine.replay.handler_runs import CURRENT_HANDLER, Invocations
 from pyweft.engine.replay.info import to_datetime
 from pyweft.engine.replay.records import (
     AppliedUpdate,
@@ -133,31 +139,8 @@ class RunServices:
     interceptors: Any = None  # pyweft.observability.chain.InterceptorChain, None if none
 
 
-Deferred = list[tuple[StepRecord, list[Op], list[Expect]]]
-# Set inside the branches of ctx.race: their step commits are collected, and the
-# race commits only the winner's, together with its own record.
-RACE_BRANCH: contextvars.ContextVar[Deferred | None] = contextvars.ContextVar(
-    "pyweft_race_branch", default=None
-)
-# Also set inside race branches, one set per enclosing race branch (outermost first): the
-# steps whose progress records (open sleeps, activity attempts) the branch wrote, so a
-# race can delete a losing branch's records, nested races' included, with its own record.
-RACE_PENDINGS: contextvars.ContextVar[tuple[set[int], ...]] = contextvars.ContextVar(
-    "pyweft_race_pendings", default=()
-)
-
-
 class Superseded(BaseException):
     """Another writer committed this run's step or state: stop without writing."""
-
-
-class RunEnding(BaseException):
-    """The run must end ``failed`` with ``error`` whatever the workflow catches (e.g. it
-    passed its history limit): raised at every ctx call, never catchable as Exception."""
-
-    def __init__(self, error: PyweftError) -> None:
-        super().__init__(str(error))
-        self.error = error
 
 
 # Failures of the engine itself, never outcomes the workflow may react to: a run that
@@ -201,6 +184,8 @@ class Run:
     ) -> None:
         self.services = services
         self.definition = definition
+        # Async update handler invocations; their steps leave the workflow's journal here.
+        self.handlers = Invocations(journal, pendings)
         self.state = state
         self.state_raw = state_raw
         self.id = state.id
@@ -241,6 +226,8 @@ class Run:
         self.child_waits = 0  # live operations waiting for a child run or race branches
         self.timer_waits = 0  # wait_until futures not resolved yet (retry backoff...)
         self._open_pendings: set[int] = set(pendings)
+        for handler_pendings in self.handlers.pendings.values():
+            self._open_pendings.update(handler_pendings)
         self._lock = asyncio.Lock()
         self.update_lock = asyncio.Lock()
         self._journal_prefix = keys.journal_prefix(state.id)
@@ -526,6 +513,9 @@ class Run:
         )
 
     async def _process_updates(self) -> None:
+        # Messages are applied in the workflow's own flow, never by an update handler's task.
+        if CURRENT_HANDLER.get() is not None:
+            return
         if not self.replaying and self.services.updates is not None:
             await self.services.updates.process(self)
 
@@ -533,14 +523,14 @@ class Run:
     def idle(self) -> bool:
         """True while every live operation of the run is a wait parked in changed()."""
         parked = len(self._parked) if self._parked else 0
-        return parked > 0 and parked == self._live_ops
+        return parked > 0 and parked == self._live_ops and self.handlers.all_waiting
 
     @property
     def waiting(self) -> bool:
         """True while every live operation is a parked wait, a timer or a wait for a child
         run: the run moves only when time passes, a message comes or a child ends."""
         waits = (len(self._parked) if self._parked else 0) + self.child_waits + self.timer_waits
-        return waits > 0 and waits == self._live_ops
+        return waits > 0 and waits == self._live_ops and self.handlers.all_waiting
 
     def next_wake(self) -> float | None:
         """The earliest time a parked wait (or the run's execution timeout) must wake up."""
@@ -593,6 +583,7 @@ class Run:
             task = self.task
             if task is not None and task is not asyncio.current_task() and not task.done():
                 task.cancel()
+            self.handlers.cancel_all()
         return self._torn_down_error(self.torn_down.reason)
 
     def _torn_down_error(self, reason: str) -> RunTornDown:
@@ -666,7 +657,9 @@ class Run:
             return False
         for rec, _, _ in entries:
             self._open_pendings.discard(rec.step)
-            if rec.finished_at > self.logical_now:
+            # A handler's steps keep their own time (see handler_runs): the workflow's
+            # ctx.now() must not move with them, or it would depend on timing.
+            if rec.step < keys.HANDLER_STEP_BASE and rec.finished_at > self.logical_now:
                 self.logical_now = rec.finished_at
             self._emit_step(rec)
         return True
@@ -848,6 +841,8 @@ class Run:
         from pyweft.codec import encode_args
 
         await self.answers_written()
+        await self.handlers.abandon(self, "with continue_as_new")
+        self._refuse_if_torn_down()
         payload = encode_args(self.services.codec, args)
         if len(payload) > self.services.max_payload_bytes:
             raise payload_size_error(
@@ -872,6 +867,7 @@ class Run:
         self.has_children = False
         self.journal, self.pendings, self._open_pendings = {}, {}, set()
         self.recorded_updates, self.update_index, self.version_pins = {}, {}, {}
+        self.handlers.reset()
         self.query_handlers, self.update_handlers, self.signal_handlers = {}, {}, {}
         self._next_step = 0
         self.logical_now = now
@@ -974,6 +970,8 @@ class Run:
     ) -> None:
         """Commit the run's end, with its children's close policies in the same batch."""
         await self.answers_written()
+        await self.handlers.abandon(self, status)
+        self._refuse_if_torn_down()
         if self.unanswered:
             self.warn(
                 f"the run ends {status} with {len(self.unanswered)} update(s) taken by "
