@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 from typing import Any
 
 from starlette.requests import Request
@@ -99,12 +100,14 @@ class McpEndpoint:
             return self._manager
         async with self._lock:
             if self._manager is None:
+                # The SDK takes seconds to import on a busy machine: not on the loop.
+                runtime = await asyncio.to_thread(
+                    importlib.import_module, "pyweft.server.mcp.runtime"
+                )
                 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
-                from pyweft.server.mcp.runtime import build_server
-
                 self._manager = StreamableHTTPSessionManager(
-                    app=build_server(self._state.engine, self._guard),
+                    app=runtime.build_server(self._state.engine, self._guard),
                     json_response=True,
                     stateless=True,
                     max_request_body_size=self._state.max_body_bytes,

@@ -42,6 +42,16 @@ def _error(exc: PyweftError) -> types.CallToolResult:
 def build_server(engine: Engine, guard: Guard | None = None) -> Server[Any]:
     """An MCP ``Server`` whose tools drive ``engine`` through its public API. ``guard``
     checks each tool call's scopes (``None``: every tool is allowed, as over stdio)."""
+    cache: dict[tuple[tuple[str, str], ...], dict[str, tools.ToolSpec]] = {}
+
+    def current() -> dict[str, tools.ToolSpec]:
+        # Schemas are derived once per set of registered workflows (and versions).
+        key = tuple(sorted(engine.registered_versions().items()))
+        table = cache.get(key)
+        if table is None:
+            cache.clear()
+            table = cache[key] = tools.all_tools(engine)
+        return table
 
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
@@ -49,14 +59,14 @@ def build_server(engine: Engine, guard: Guard | None = None) -> Server[Any]:
         return types.ListToolsResult(
             tools=[
                 types.Tool(name=t.name, description=t.description, input_schema=t.input_schema)
-                for t in tools.all_tools(engine).values()
+                for t in current().values()
             ]
         )
 
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        spec = tools.all_tools(engine).get(params.name)
+        spec = current().get(params.name)
         if spec is None:
             return _error(
                 pyweft.InvalidArgumentError(
