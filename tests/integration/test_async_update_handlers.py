@@ -13,6 +13,7 @@ from pyweft import (
     Engine,
     UpdateFailedError,
     UpdateRejectedError,
+    UpdateTimeoutError,
     WorkflowContext,
     activity,
     workflow,
@@ -87,7 +88,11 @@ async def _update(engine: Engine, wid: str, name: str, payload: Any, clock: Any)
     while not task.done():  # bounded by the update's own (real-time) timeout
         await asyncio.sleep(0.01)
         clock.advance(5)
-    return await task
+    try:
+        return await task
+    except UpdateTimeoutError:
+        keys = [k for k, _ in await engine._core.storage.scan("") if wid in k or "park" in k]
+        raise AssertionError(f"no answer to {name} {payload!r}; stored keys: {keys}") from None
 
 
 async def test_handler_runs_an_activity_and_answers(backend: Backend) -> None:

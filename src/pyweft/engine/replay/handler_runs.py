@@ -169,6 +169,11 @@ class HandlerRun:
             return await self.base.live(aw)
         finally:
             self.inside -= 1
+            base = self.base
+            if base.torn_down is None and not base.stopping:
+                # The handler moves on (and may change state): waits look again, and
+                # an eviction decided while it was parked sees news and brings it back.
+                base.notify()
 
     async def commit_step(
         self, rec: StepRecord, ops: list[Any] | None = None, conds: list[Any] | None = None
@@ -252,8 +257,14 @@ class Invocations:
         )
         handler.task = task
 
-    def cancel_all(self) -> None:
-        """Stop every invocation here (teardown): none answers; replay resumes them."""
+    def cancel_all(self, run: Run) -> None:
+        """Stop every invocation here (teardown): none answers; replay resumes them.
+
+        An invocation that was between two steps (its parked wait ended after the run
+        was judged idle) has work to do that no wake-up time stands for: news is
+        signalled, so whoever stopped the run (an eviction) brings it back."""
+        if any(handler.inside == 0 for handler in self.running.values()):
+            run.wake_seq += 1
         for handler in list(self.running.values()):
             task = handler.task
             if task is not None and task is not asyncio.current_task() and not task.done():

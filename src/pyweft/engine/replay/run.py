@@ -583,7 +583,7 @@ class Run:
             task = self.task
             if task is not None and task is not asyncio.current_task() and not task.done():
                 task.cancel()
-            self.handlers.cancel_all()
+            self.handlers.cancel_all(self)
         return self._torn_down_error(self.torn_down.reason)
 
     def _torn_down_error(self, reason: str) -> RunTornDown:
