@@ -43,6 +43,8 @@ from pyweft.engine.tasks import records as tr
 from pyweft.engine.tasks.claims import Claimed
 from pyweft.engine.tasks.doorbell import Notifier, Unlisten
 from pyweft.errors import ConfigurationError, InvalidArgumentError
+from pyweft.observability.interceptors import Interceptor
+from pyweft.observability.worker_side import activity_chain
 from pyweft.storage.base import Delete, Expect, Get, Put, Storage, read_many
 from pyweft.storage.factory import open_storage
 from pyweft.worker.runner import run_task
@@ -70,6 +72,8 @@ class Worker:
     for tasks when no notification came (PostgreSQL notifies, SQLite rings a local
     doorbell). ``drain_timeout``: how long stopping waits for in-flight attempts.
     ``heartbeat_interval``: how often it writes its liveness record.
+    ``interceptors``: :class:`~pyweft.Interceptor` instances whose ``execute_activity``
+    runs around each attempt here, the first outermost (the run's headers are current).
     """
 
     def __init__(
@@ -85,6 +89,7 @@ class Worker:
         heartbeat_interval: Duration = 5.0,
         clock: Clock | None = None,
         codec: PayloadCodec | None = None,
+        interceptors: Iterable[Interceptor] = (),
     ) -> None:
         if isinstance(queues, str):
             raise ConfigurationError(f"queues must be a list of names, got {queues!r}")
@@ -111,6 +116,7 @@ class Worker:
             act = activity_definition_of(fn)
             self._activities[act.name] = act
         self.concurrency = concurrency
+        self._interceptors = activity_chain(interceptors)  # execute_activity around attempts
         self.id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._poll_s = float(poll_interval)
         self._drain_s = parse_duration(drain_timeout, field="drain_timeout")
@@ -315,7 +321,14 @@ class Worker:
             assert self._executor is not None
             # The attempt started when it was claimed (the time a rate limit counts).
             result = await run_task(
-                task, act, self.codec, self._executor, task.claimed_at, self.id, job.actx
+                task,
+                act,
+                self.codec,
+                self._executor,
+                task.claimed_at,
+                self.id,
+                job.actx,
+                self._interceptors,
             )
             result = msgspec.structs.replace(result, at=self.clock.now())
             async with job.lock:
