@@ -211,7 +211,7 @@ async def test_the_trace_context_in_headers_parents_the_workers_activity_span(
 
 
 def test_worker_interceptors_are_checked() -> None:
-    with pytest.raises(ConfigurationError, match="not a pyweft.Interceptor.*instance"):
+    with pytest.raises(ConfigurationError, match=r"not a pyweft\.Interceptor.*instance"):
         Worker(None, activities=ACTS, interceptors=[Recorder])  # type: ignore[list-item]
     with pytest.raises(ConfigurationError, match="wrap a single one in a list"):
         Worker(None, activities=ACTS, interceptors=Recorder("x", []))  # type: ignore[arg-type]
