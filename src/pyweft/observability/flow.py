@@ -11,7 +11,8 @@ raised into the dispatcher.
   task (``kind="activity"``: from the task's write to its claim);
 - ``observe_queue_depth(kind, queue, depth)``: how many wait in a queue, as just read;
 - ``observe_schedule_fired(workflow_type, lag_s)``: a schedule started a run
-  ``lag_s`` after the occurrence's nominal time.
+  ``lag_s`` after the occurrence's nominal time (``None`` for a backfill, whose
+  occurrences are in the past on purpose).
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ def _call(interceptors: Iterable[object], method: str, *args: Any) -> None:
                 log.exception("interceptor %r failed in %s; ignored", icpt, method)
 
 
+def wants(interceptors: Iterable[object], method: str) -> bool:
+    """Some interceptor defines ``method`` (worth a read of the store to feed it)."""
+    return any(callable(getattr(i, method, None)) for i in interceptors)
+
+
 def of(chain: Any) -> tuple[object, ...]:
     """The interceptors of an engine's chain (``None``: none)."""
     return () if chain is None else tuple(chain.interceptors)
@@ -46,5 +52,19 @@ def queue_depth(interceptors: Iterable[object], kind: str, queue: str, depth: in
     _call(interceptors, "observe_queue_depth", kind, queue, depth)
 
 
-def schedule_fired(interceptors: Iterable[object], workflow_type: str, lag_s: float) -> None:
-    _call(interceptors, "observe_schedule_fired", workflow_type, max(0.0, lag_s))
+def schedule_fired(interceptors: Iterable[object], workflow_type: str, lag_s: float | None) -> None:
+    _call(
+        interceptors,
+        "observe_schedule_fired",
+        workflow_type,
+        None if lag_s is None else max(0.0, lag_s),
+    )
+
+
+async def count(storage: Any, prefixes: Iterable[str]) -> int:
+    """Keys under ``prefixes``: the adapter's ``count`` when it has one, else a scan."""
+    counter = getattr(storage, "count", None)
+    total = 0
+    for prefix in prefixes:
+        total += await counter(prefix) if callable(counter) else len(await storage.scan(prefix))
+    return total

@@ -23,10 +23,14 @@ from pyweft.observability.interceptors import (
 )
 
 
-def activity_chain(interceptors: object) -> tuple[Interceptor, ...]:
-    """``Worker(interceptors=...)`` checked (``ConfigurationError``), keeping only the
-    ones that override ``execute_activity`` (the one hook a worker runs)."""
-    return overriding(check_interceptors(interceptors), "execute_activity")
+def activity_chain(
+    interceptors: object,
+) -> tuple[tuple[Interceptor, ...], tuple[Interceptor, ...]]:
+    """``Worker(interceptors=...)`` checked (``ConfigurationError``): all of them (their
+    ``observe_*`` methods hear about dispatch latency and queue depth, see :mod:`.flow`),
+    and those that override ``execute_activity`` (the one hook a worker runs)."""
+    checked = check_interceptors(interceptors)
+    return checked, overriding(checked, "execute_activity")
 
 
 async def attempt(

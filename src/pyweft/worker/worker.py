@@ -43,6 +43,7 @@ from pyweft.engine.tasks import records as tr
 from pyweft.engine.tasks.claims import Claimed
 from pyweft.engine.tasks.doorbell import Notifier, Unlisten
 from pyweft.errors import ConfigurationError, InvalidArgumentError
+from pyweft.observability import flow
 from pyweft.observability.interceptors import Interceptor
 from pyweft.observability.worker_side import activity_chain
 from pyweft.storage.base import Delete, Expect, Get, Put, Storage, read_many
@@ -116,7 +117,8 @@ class Worker:
             act = activity_definition_of(fn)
             self._activities[act.name] = act
         self.concurrency = concurrency
-        self._interceptors = activity_chain(interceptors)  # execute_activity around attempts
+        # All of them (dispatch latency, queue depth) and those around each attempt.
+        self._hooks, self._interceptors = activity_chain(interceptors)
         self.id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._poll_s = float(poll_interval)
         self._drain_s = parse_duration(drain_timeout, field="drain_timeout")
@@ -305,6 +307,8 @@ class Worker:
             got = await claims.claim(self.storage, queue, self.id, now, free, share)
             for c in got:
                 self.dispatch_latencies.append(now - c.task.created_at)
+                if self._hooks:
+                    flow.dispatched(self._hooks, "activity", queue, now - c.task.created_at)
                 job = _Job(claimed=c)
                 self._jobs[c.task.id] = job
                 job.task = asyncio.get_running_loop().create_task(self._run(job))
@@ -454,6 +458,10 @@ class Worker:
                     self._lose(job, "its claim was taken while it was being extended")
         await self._write_record()
         await self._learn_shares(now)
+        if flow.wants(self._hooks, "observe_queue_depth"):
+            for queue in self.queues:
+                depth = await flow.count(storage, [tr.ready_prefix(queue)])
+                flow.queue_depth(self._hooks, "activity", queue, depth)
         if await claims.reap(storage, now) and self._notifier is not None:
             self._notifier.ring_soon(tr.RESULTS_TOPIC)
 
