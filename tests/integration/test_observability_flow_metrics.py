@@ -152,8 +152,9 @@ async def test_schedule_lag_and_scheduled_runs_counted_as_started() -> None:
         # 20 s one on time.
         await advance(engine, clock, 33, step=4)
         await engine.start(tick, id="by-hand")
-    assert metrics.schedule_runs.value(workflow_type="tick") == 3
-    assert metrics.runs_started.value(workflow_type="tick") == 4
+        await engine.schedules.trigger("every-10s")  # started, no lag
+    assert metrics.schedule_runs.value(workflow_type="tick") == 4
+    assert metrics.runs_started.value(workflow_type="tick") == 5
     assert metrics.schedule_lag.count(workflow_type="tick") == 3
     assert metrics.schedule_lag.total(workflow_type="tick") == pytest.approx(4)
     text = metrics.prometheus_text()

@@ -39,8 +39,9 @@ def wants(interceptors: Iterable[object], method: str) -> bool:
     return any(callable(getattr(i, method, None)) for i in interceptors)
 
 
-def of(chain: Any) -> tuple[object, ...]:
-    """The interceptors of an engine's chain (``None``: none)."""
+def of(services: Any) -> tuple[object, ...]:
+    """The interceptors of an engine's run services (``None`` or no chain: none)."""
+    chain = None if services is None else services.interceptors
     return () if chain is None else tuple(chain.interceptors)
 
 

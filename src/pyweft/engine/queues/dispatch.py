@@ -164,7 +164,7 @@ class Dispatcher:
             self._passing = True
             try:
                 await self._passes(dirty)
-                hooks = flow.of(self._core.services_or_raise().interceptors)
+                hooks = flow.of(self._core.services)
                 if polled and flow.wants(hooks, "observe_queue_depth"):
                     await self._report_depths(hooks)
             finally:
@@ -451,7 +451,7 @@ class Dispatcher:
             core.launch(run)
             run.done.add_done_callback(functools.partial(self._finished, queue.name, part))
         self.dispatched += len(chosen)
-        if hooks := flow.of(services.interceptors):
+        if hooks := flow.of(services):
             for seconds in waited:
                 flow.dispatched(hooks, "workflow", queue.name, seconds)
         return len(chosen)

@@ -272,7 +272,7 @@ class Firing:
         if not created:
             return await self._already_ran(old, raw, change, run_id)
         log.info("schedule %r started run %r", old.id, run_id)
-        if hooks := flow.of(core.services_or_raise().interceptors):  # metrics: started, lag
+        if hooks := flow.of(core.services):  # metrics: started, lag
             lag = core.clock.now() - change.start if how == "schedule" else None
             flow.schedule_fired(hooks, old.workflow_type, lag)
         events.outcome(core, old, change)
