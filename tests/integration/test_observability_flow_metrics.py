@@ -5,6 +5,7 @@ Scripted workloads on a virtual clock, values checked exactly; ids are never lab
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -160,3 +161,32 @@ async def test_schedule_lag_and_scheduled_runs_counted_as_started() -> None:
     text = metrics.prometheus_text()
     assert 'pyweft_schedule_lag_seconds_count{workflow_type="tick"} 3.0' in text
     assert "every-10s" not in text
+
+
+def test_the_same_measurements_through_opentelemetry_instruments() -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    reader = InMemoryMetricReader()
+    metrics = MetricsInterceptor(meter_provider=MeterProvider(metric_readers=[reader]))
+    metrics.observe_queue_depth("activity", "far", 4)
+    metrics.observe_dispatch("workflow", "imports", 1.5)
+    metrics.observe_schedule_fired("tick", 2.0)
+    metrics.observe_schedule_fired("tick", None)
+    data = reader.get_metrics_data()
+    assert data is not None
+    points: dict[str, list[Any]] = {}
+    for rm in data.resource_metrics:
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                points[m.name] = list(m.data.data_points)
+    [depth] = points["pyweft.queue.depth"]
+    assert depth.value == 4 and dict(depth.attributes) == {"kind": "activity", "queue": "far"}
+    [latency] = points["pyweft.queue.dispatch_latency"]
+    assert (latency.count, latency.sum) == (1, 1.5)
+    [started] = points["pyweft.schedule.started"]
+    assert started.value == 2
+    [lag] = points["pyweft.schedule.lag"]
+    assert (lag.count, lag.sum) == (1, 2.0)
+    [runs] = points["pyweft.workflow.started"]
+    assert runs.value == 2
