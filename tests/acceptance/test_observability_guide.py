@@ -20,6 +20,7 @@ EXPECTED = [
         "'start checkout']",
         "['pyweft_activity_retries_total{activity=\"charge\"} 1.0']",
     ],
+    ["worker runs thumbnail for acme", "cat.png.thumb for acme", "1"],
     [
         "failed application",
         "[('application', 1)]",

@@ -74,6 +74,11 @@ class Histogram:
         row = self.series.get(tuple(sorted(labels.items())))
         return 0 if row is None else int(row[-1])
 
+    def total(self, **labels: str) -> float:
+        """The sum of the values observed with ``labels``."""
+        row = self.series.get(tuple(sorted(labels.items())))
+        return 0.0 if row is None else row[-2]
+
     def render(self) -> Iterable[str]:
         yield f"# HELP {self.name} {self.help}"
         yield f"# TYPE {self.name} histogram"
@@ -110,7 +115,9 @@ def _num(value: float) -> str:
 
 class MetricsInterceptor(Interceptor):
     """Counts runs started/completed/failed/blocked by type (failed also by category),
-    run durations, activity attempts, retries and durations, and storage commit latency.
+    run durations, activity attempts, retries and durations, storage commit latency,
+    queue depth and dispatch latency (workflow queues and activity task queues), and
+    schedule lag (runs started by schedules count as started too).
 
     Register it with ``Engine(interceptors=[MetricsInterceptor()])``; read it with
     ``engine.metrics_text()``. Pass ``meter_provider`` (extra ``pyweft[otel]``) to
@@ -150,7 +157,25 @@ class MetricsInterceptor(Interceptor):
             "Time for one engine write (a batch) to commit in the store.",
             COMMIT_BUCKETS,
         )
-        self._otel = None if meter_provider is None else _OtelInstruments(meter_provider)
+        self.dispatch_latency = Histogram(
+            "pyweft_queue_dispatch_latency_seconds",
+            "Time work waited in a queue before it started, by kind (workflow: a workflow "
+            "queue's run, from enqueue to dispatch; activity: a task, from its write to a "
+            "worker's claim) and queue.",
+            DURATION_BUCKETS,
+        )
+        self.schedule_runs = Counter(
+            "pyweft_schedule_runs_started", "Runs started by schedules, by workflow type."
+        )
+        self.schedule_lag = Histogram(
+            "pyweft_schedule_lag_seconds",
+            "Time from a schedule occurrence's nominal time to its run's start, by type.",
+            DURATION_BUCKETS,
+        )
+        # (kind, queue) -> waiting now, as last read (workflow queues by the engine each
+        # poll interval; activity task queues by a worker at each heartbeat).
+        self.queue_depths: dict[tuple[str, str], int] = {}
+        self._otel = None if meter_provider is None else _OtelInstruments(meter_provider, self)
 
     async def start(self, input: StartInput, next: Callable[[StartInput], Awaitable[str]]) -> str:
         workflow_id = await next(input)
@@ -195,6 +220,29 @@ class MetricsInterceptor(Interceptor):
         if self._otel is not None:
             self._otel.commit.record(seconds)
 
+    def observe_dispatch(self, kind: str, queue: str, seconds: float) -> None:
+        """Told by the engine (workflow queues) and a worker (activity task queues)."""
+        self.dispatch_latency.observe(seconds, kind=kind, queue=queue)
+        if self._otel is not None:
+            self._otel.dispatch.record(seconds, {"kind": kind, "queue": queue})
+
+    def observe_queue_depth(self, kind: str, queue: str, depth: int) -> None:
+        self.queue_depths[(kind, queue)] = depth
+
+    def observe_schedule_fired(self, workflow_type: str, lag_s: float | None) -> None:
+        """A schedule started a run: counted in ``runs_started`` too. ``lag_s`` is
+        ``None`` for a backfill (its occurrences are in the past on purpose)."""
+        self.runs_started.inc(workflow_type=workflow_type)
+        self.schedule_runs.inc(workflow_type=workflow_type)
+        if lag_s is not None:
+            self.schedule_lag.observe(lag_s, workflow_type=workflow_type)
+        if self._otel is not None:
+            kind = {"workflow_type": workflow_type}
+            self._otel.started.add(1, kind)
+            self._otel.schedule_runs.add(1, kind)
+            if lag_s is not None:
+                self._otel.schedule_lag.record(lag_s, kind)
+
     def prometheus_text(self) -> str:
         lines: list[str] = []
         for metric in (
@@ -207,15 +255,24 @@ class MetricsInterceptor(Interceptor):
             self.activity_retries,
             self.activity_duration,
             self.commit_latency,
+            self.dispatch_latency,
+            self.schedule_runs,
+            self.schedule_lag,
         ):
             lines += metric.render()
+        depths = sorted(self.queue_depths.items())
+        lines += gauge_lines(
+            "pyweft_queue_depth",
+            "Work waiting in a queue when last read, by kind (workflow, activity) and queue.",
+            [((("kind", k), ("queue", q)), float(n)) for (k, q), n in depths],
+        )
         return "\n".join(lines) + "\n"
 
 
 class _OtelInstruments:
     """The same measurements through the OpenTelemetry metrics API."""
 
-    def __init__(self, meter_provider: Any) -> None:
+    def __init__(self, meter_provider: Any, owner: MetricsInterceptor) -> None:
         meter = meter_provider.get_meter("pyweft")
         self.started = meter.create_counter("pyweft.workflow.started", unit="{run}")
         self.ended = meter.create_counter("pyweft.workflow.completed", unit="{run}")
@@ -226,6 +283,17 @@ class _OtelInstruments:
         self.retries = meter.create_counter("pyweft.activity.retries", unit="{attempt}")
         self.activity_duration = meter.create_histogram("pyweft.activity.duration", unit="s")
         self.commit = meter.create_histogram("pyweft.storage.commit_duration", unit="s")
+        self.dispatch = meter.create_histogram("pyweft.queue.dispatch_latency", unit="s")
+        self.schedule_runs = meter.create_counter("pyweft.schedule.started", unit="{run}")
+        self.schedule_lag = meter.create_histogram("pyweft.schedule.lag", unit="s")
+
+        def depths(options: Any) -> Iterable[Any]:
+            from opentelemetry.metrics import Observation
+
+            for (kind, queue), depth in list(owner.queue_depths.items()):
+                yield Observation(depth, {"kind": kind, "queue": queue})
+
+        meter.create_observable_gauge("pyweft.queue.depth", callbacks=[depths], unit="{item}")
 
     def completed(self, input: CompletionInput) -> None:
         kind = {"workflow_type": input.workflow_type}

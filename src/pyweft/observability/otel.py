@@ -8,7 +8,8 @@ execution of the workflow function in a process; ``activity <name>`` for each at
 span travels in the run's headers (``traceparent``/``tracestate``), so the run's spans
 join the caller's trace in any process, and a run resumed after a crash continues the
 same trace: its new ``run`` span has the start span as parent *and* a link to it, with
-``pyweft.resumed`` set.
+``pyweft.resumed`` set. On a :class:`~pyweft.Worker` (``Worker(interceptors=[...])``) the
+``activity <name>`` span of an attempt it runs has that start span as parent.
 """
 
 from __future__ import annotations
@@ -120,9 +121,15 @@ class TracingInterceptor(Interceptor):
     async def execute_activity(
         self, input: ActivityInput, next: Callable[[ActivityInput], Awaitable[Any]]
     ) -> Any:
+        # In the engine the run's span is current. On a worker process nothing is: the
+        # trace context in the run's headers (the start span) parents the attempt's span.
+        parent = None
+        if not trace.get_current_span().get_span_context().is_valid:
+            parent = _PROPAGATOR.extract(dict(input.headers))
         with self._tracer.start_as_current_span(
             f"activity {input.activity}",
-            kind=SpanKind.INTERNAL,
+            context=parent,
+            kind=SpanKind.CONSUMER if parent is not None else SpanKind.INTERNAL,
             attributes={
                 "pyweft.workflow_id": input.workflow_id,
                 "pyweft.activity": input.activity,

@@ -23,6 +23,8 @@ from pyweft.engine.steps.activity_context import ActivityContext, enter, leave
 from pyweft.engine.steps.failures import failure_info
 from pyweft.engine.tasks import records as tr
 from pyweft.errors import ActivityTimeoutError, ApplicationError, PayloadError
+from pyweft.observability import worker_side
+from pyweft.observability.interceptors import Interceptor
 
 if TYPE_CHECKING:
     from pyweft.engine.steps.heartbeats import Heartbeats
@@ -52,6 +54,7 @@ async def run_task(
     now: float,
     worker_id: str,
     actx_out: list[ActivityContext],
+    interceptors: tuple[Interceptor, ...] = (),
 ) -> tr.TaskResult:
     """Run ``task`` and return its outcome (cancelled from outside: raises CancelledError)."""
     try:
@@ -76,8 +79,29 @@ async def run_task(
     actx_out.append(actx)
     token = enter(actx)
     try:
-        if act.is_async:
-            fut: asyncio.Future[Any] = asyncio.ensure_future(act.fn(*args))
+        if interceptors or task.headers:  # the run's headers current, interceptors around
+
+            async def inner(given: tuple[Any, ...]) -> Any:
+                if act.is_async:
+                    return await act.fn(*given)
+                call = contextvars.copy_context().run
+                return await asyncio.wrap_future(executor.submit(call, act.fn, *given))
+
+            fut: asyncio.Future[Any] = asyncio.ensure_future(
+                worker_side.attempt(
+                    interceptors,
+                    workflow_id=task.workflow_id,
+                    workflow_type=task.workflow_type,
+                    activity=task.activity,
+                    step=task.step,
+                    attempt=task.attempt,
+                    args=args,
+                    headers=task.headers,
+                    inner=inner,
+                )
+            )
+        elif act.is_async:
+            fut = asyncio.ensure_future(act.fn(*args))
         else:
             call = contextvars.copy_context().run
             fut = asyncio.wrap_future(executor.submit(call, act.fn, *args))

@@ -43,6 +43,9 @@ from pyweft.engine.tasks import records as tr
 from pyweft.engine.tasks.claims import Claimed
 from pyweft.engine.tasks.doorbell import Notifier, Unlisten
 from pyweft.errors import ConfigurationError, InvalidArgumentError
+from pyweft.observability import flow
+from pyweft.observability.interceptors import Interceptor
+from pyweft.observability.worker_side import activity_chain
 from pyweft.storage.base import Delete, Expect, Get, Put, Storage, read_many
 from pyweft.storage.factory import open_storage
 from pyweft.worker.runner import run_task
@@ -70,6 +73,8 @@ class Worker:
     for tasks when no notification came (PostgreSQL notifies, SQLite rings a local
     doorbell). ``drain_timeout``: how long stopping waits for in-flight attempts.
     ``heartbeat_interval``: how often it writes its liveness record.
+    ``interceptors``: :class:`~pyweft.Interceptor` instances whose ``execute_activity``
+    runs around each attempt here, the first outermost (the run's headers are current).
     """
 
     def __init__(
@@ -85,6 +90,7 @@ class Worker:
         heartbeat_interval: Duration = 5.0,
         clock: Clock | None = None,
         codec: PayloadCodec | None = None,
+        interceptors: Iterable[Interceptor] = (),
     ) -> None:
         if isinstance(queues, str):
             raise ConfigurationError(f"queues must be a list of names, got {queues!r}")
@@ -111,6 +117,8 @@ class Worker:
             act = activity_definition_of(fn)
             self._activities[act.name] = act
         self.concurrency = concurrency
+        # All of them (dispatch latency, queue depth) and those around each attempt.
+        self._hooks, self._interceptors = activity_chain(interceptors)
         self.id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._poll_s = float(poll_interval)
         self._drain_s = parse_duration(drain_timeout, field="drain_timeout")
@@ -299,6 +307,8 @@ class Worker:
             got = await claims.claim(self.storage, queue, self.id, now, free, share)
             for c in got:
                 self.dispatch_latencies.append(now - c.task.created_at)
+                if self._hooks:
+                    flow.dispatched(self._hooks, "activity", queue, now - c.task.created_at)
                 job = _Job(claimed=c)
                 self._jobs[c.task.id] = job
                 job.task = asyncio.get_running_loop().create_task(self._run(job))
@@ -315,7 +325,14 @@ class Worker:
             assert self._executor is not None
             # The attempt started when it was claimed (the time a rate limit counts).
             result = await run_task(
-                task, act, self.codec, self._executor, task.claimed_at, self.id, job.actx
+                task,
+                act,
+                self.codec,
+                self._executor,
+                task.claimed_at,
+                self.id,
+                job.actx,
+                self._interceptors,
             )
             result = msgspec.structs.replace(result, at=self.clock.now())
             async with job.lock:
@@ -441,6 +458,10 @@ class Worker:
                     self._lose(job, "its claim was taken while it was being extended")
         await self._write_record()
         await self._learn_shares(now)
+        if flow.wants(self._hooks, "observe_queue_depth"):
+            for queue in self.queues:
+                depth = await flow.count(storage, [tr.ready_prefix(queue)])
+                flow.queue_depth(self._hooks, "activity", queue, depth)
         if await claims.reap(storage, now) and self._notifier is not None:
             self._notifier.ring_soon(tr.RESULTS_TOPIC)
 

@@ -37,6 +37,7 @@ from pyweft.engine.queues.queue import Queue
 from pyweft.engine.replay import keys, records
 from pyweft.engine.replay.records import WorkflowState
 from pyweft.engine.replay.run import Run, status_change_ops
+from pyweft.observability import flow
 from pyweft.storage.base import (
     Delete,
     Expect,
@@ -153,7 +154,8 @@ class Dispatcher:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._core.poll_interval):
                     await self._kick.wait()
-            if not self._kick.is_set():
+            polled = not self._kick.is_set()
+            if polled:
                 self._known.clear()  # the poll: read everything again
                 self._ahead.clear()
                 self._dirty.update(self._queues)
@@ -162,8 +164,22 @@ class Dispatcher:
             self._passing = True
             try:
                 await self._passes(dirty)
+                hooks = flow.of(self._core.services)
+                if polled and flow.wants(hooks, "observe_queue_depth"):
+                    await self._report_depths(hooks)
             finally:
                 self._passing = False
+
+    async def _report_depths(self, hooks: tuple[object, ...]) -> None:
+        """Each queue's waiting runs, for interceptors that watch depths (once a poll)."""
+        storage = self._core.storage
+        for name in sorted(self._queues):
+            parts = [""]
+            if self._queues[name].partitioned:
+                found = await storage.scan(layout.marker_prefix(name))
+                parts = [layout.last_part(k) for k, _ in found]
+            depth = await flow.count(storage, [layout.waiting_prefix(name, p) for p in parts])
+            flow.queue_depth(hooks, "workflow", name, depth)
 
     @property
     def busy(self) -> bool:
@@ -362,6 +378,7 @@ class Dispatcher:
         ops: list[Op] = [Delete(key=k) for k in expired]
         conds: list[Expect] = []
         chosen: list[tuple[WorkflowState, bytes, Claim | None]] = []
+        waited: list[float] = []  # seconds each chosen run waited (dispatch latency)
         claims = core.claims
         me = self._my_id()
         plans: dict[str, ClaimPlan | None] = {}
@@ -411,6 +428,7 @@ class Dispatcher:
                 ops += plan[0]
                 conds += plan[1]
             chosen.append((new, new_raw, plan[2] if plan is not None else None))
+            waited.append(now - (state.start_at or state.created_at))
         if not chosen:
             if ops:
                 await core.committer.commit(ops)
@@ -433,6 +451,9 @@ class Dispatcher:
             core.launch(run)
             run.done.add_done_callback(functools.partial(self._finished, queue.name, part))
         self.dispatched += len(chosen)
+        if hooks := flow.of(services):
+            for seconds in waited:
+                flow.dispatched(hooks, "workflow", queue.name, seconds)
         return len(chosen)
 
     def _my_id(self) -> bytes:

@@ -29,6 +29,7 @@ from pyweft.engine.schedules import events, planner
 from pyweft.engine.schedules import records as srec
 from pyweft.engine.schedules.records import ScheduleRecord
 from pyweft.errors import CorruptRecordError, EngineDeposedError
+from pyweft.observability import flow
 from pyweft.storage.base import Delete, Expect, Op, Put, prefix_end
 
 log = logging.getLogger("pyweft.schedules")
@@ -271,6 +272,9 @@ class Firing:
         if not created:
             return await self._already_ran(old, raw, change, run_id)
         log.info("schedule %r started run %r", old.id, run_id)
+        if hooks := flow.of(core.services):  # metrics: started, lag
+            lag = core.clock.now() - change.start if how == "schedule" else None
+            flow.schedule_fired(hooks, old.workflow_type, lag)
         events.outcome(core, old, change)
         events.fired(core, change.record, change.start, run_id, how)
         for previous in change.cancel:

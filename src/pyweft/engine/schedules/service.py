@@ -34,6 +34,7 @@ from pyweft.errors import (
     ScheduleAlreadyExistsError,
     ScheduleNotFoundError,
 )
+from pyweft.observability import flow
 from pyweft.storage.base import Expect, prefix_end
 
 log = logging.getLogger("pyweft.schedules")
@@ -391,6 +392,8 @@ class Schedules:
             )
             if created:
                 events.fired(core, new, now, run_id, "trigger")
+                # Counted as started by metrics (no lag: it runs at once, on request).
+                flow.schedule_fired(flow.of(core.services), old.workflow_type, None)
                 return run_id
 
     async def backfill(

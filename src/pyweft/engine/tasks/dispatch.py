@@ -178,6 +178,7 @@ class TaskDispatcher:
                 visibility_s=act.visibility_timeout_s or tr.DEFAULT_VISIBILITY_S,
                 timeout_s=act.timeout_s,
                 heartbeat_timeout_s=act.heartbeat_timeout_s,
+                headers=dict(run.state.headers) if run.state.headers else None,
             )
         waiter_for = self._waiting.setdefault(tid, _Waiter())
         fresh = False

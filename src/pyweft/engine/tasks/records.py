@@ -72,6 +72,9 @@ class Task(msgspec.Struct, array_like=True, frozen=True):
     refused_by: tuple[str, ...] = ()  # workers that do not have the activity
     last_error: str | None = None
     slot: str | None = None  # the queue's concurrency slot it holds (see limits.py)
+    # The run's headers (context propagation, e.g. a trace context): the worker makes them
+    # current for the attempt. Appended last: records written before it decode as None.
+    headers: dict[str, str] | None = None
 
 
 class TaskResult(msgspec.Struct, array_like=True, frozen=True):
