@@ -290,3 +290,39 @@ async def _taken(engine: Engine, wid: str) -> bool:
 
     storage = engine._core.storage
     return not await storage.scan(keys.update_prefix(wid))
+
+
+def _counter(async_handler: bool) -> object:
+    @workflow(name="counter")
+    async def counter(ctx: WorkflowContext) -> int:
+        total = 0
+
+        def add_plain(n: int) -> int:
+            nonlocal total
+            total += n
+            return total
+
+        async def add_async(n: int) -> int:
+            return add_plain(n)
+
+        ctx.on_update("add", add_async if async_handler else add_plain)
+        await ctx.wait_for_signal("stop")
+        return total
+
+    return counter
+
+
+async def test_switching_a_recorded_handler_between_plain_and_async_blocks_the_run(
+    backend: Backend,
+) -> None:
+    async with backend.engine(workflows=[_counter(False)]) as engine:
+        await engine.start("counter", id="c1")
+        assert await engine.update("c1", "add", 2, timeout=5) == 2
+    async with backend.engine(workflows=[_counter(True)]) as engine:
+        await eventually(lambda: _blocked(engine, "c1"), what="the drifted run is blocked")
+        info = await engine.describe("c1")
+        assert info.error is not None and "async def" in info.error.message
+
+
+async def _blocked(engine: Engine, wid: str) -> bool:
+    return (await engine.describe(wid)).status == "blocked"

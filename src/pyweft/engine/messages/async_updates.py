@@ -61,6 +61,7 @@ async def apply(
         log.warning("update %s of %s was taken by another writer", req.update_id, run.id)
         raise Superseded()
     run.update_index[boundary] = index + 1
+    run.notify()  # news for waits and for an eviction decided before the request came
     start(run, fn, args, req.update_id, req.name)
 
 

@@ -112,10 +112,12 @@ def reapply(run: Run, applied: AppliedUpdate) -> None:
         return
     if applied.kind == async_updates.ASYNC_UPDATE or handler.is_async:
         if applied.kind != async_updates.ASYNC_UPDATE or not handler.is_async:
+            recorded = "an async def" if applied.kind == async_updates.ASYNC_UPDATE else "a plain"
+            now = "an async def" if handler.is_async else "a plain"
             run.nondeterminism(
                 applied.boundary,
-                f"update {applied.name!r} applied by a {applied.kind} handler",
-                "a handler of the other kind (async def / plain)",
+                f"update {applied.name!r} applied by {recorded} handler",
+                f"{now} handler for it",
             )
         async_updates.restart(run, handler.fn, applied, _args(run, handler, applied.payload))
         return

@@ -240,6 +240,11 @@ class Invocations:
                 "ctx.continue_as_new to start afresh"
             )
         inv, self.count = self.count, self.count + 1
+        if run.torn_down is not None or run.stopping:
+            # Recorded, but this run is being stopped (an eviction that judged it idle
+            # just before): news, so whoever stops it brings it back, and replay runs it.
+            run.wake_seq += 1
+            return
         handler = HandlerRun(
             run, inv, self.journals.pop(inv, {}), self.pendings.pop(inv, {}), update_id, name
         )
