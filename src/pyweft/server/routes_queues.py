@@ -23,7 +23,7 @@ def _bool_param(call: Call, name: str) -> bool:
     text = call.query.get(name)
     if text not in (None, "true", "false"):
         raise InvalidArgumentError(f"{name} must be 'true' or 'false', got {text!r}")
-    return text == "true"
+    return bool(text == "true")
 
 
 def _refuse_params(call: Call, accepted: tuple[str, ...]) -> None:
