@@ -1,6 +1,7 @@
 """Clicking through the dashboard in headless Chromium against a real ``pyweft serve``:
 start a run from its form, follow it live, signal it, approve its review, see it
-complete in the timeline; filter the runs list; fork from a step; pause a schedule."""
+complete in the timeline; filter the runs list; fork from a step; pause a schedule;
+drain and resume a real ``pyweft worker`` process."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import httpx
 import pytest
 
+from .conftest import WORKER_ID
 from .kit import Page
 
 pytestmark = pytest.mark.slow
@@ -179,6 +181,35 @@ def test_actions_a_key_may_not_take_are_disabled_with_the_reason(page: Page) -> 
     page.shot("run-read-only")
     page.open("start")
     page.wait_text("needs workflows:write")
+    assert page.console_errors() == []
+
+
+def test_a_worker_is_drained_and_resumed_from_the_workers_page(page: Page) -> None:
+    row = f'#workers tr[data-worker="{WORKER_ID}"]'
+    page.sign_in(page.served.read_key)
+    page.open("workers")
+    page.wait_text(WORKER_ID, "#workers")
+    drain = page.css(f"#drain-{WORKER_ID}")
+    assert not drain.is_enabled() and "needs workers:write" in page.text(row)
+
+    page.sign_in(page.served.admin_key)
+    page.open("workers")
+    page.wait_text("active", row)
+    assert "labels" in page.text(row) and "0 / 4" in page.text(row)
+    page.click(f"#drain-{WORKER_ID}")
+    page.confirm()
+    # The worker process reads the request at its next heartbeat (every 5 s) and says so.
+    page.wait_text("drained", row, timeout=20)
+    page.shot("workers-drained")
+    [info] = [w for w in page.served.api("GET", "/workers").json()["items"] if w["id"] == WORKER_ID]
+    assert info["status"] == "drained" and info["drain_requested"] is True
+
+    page.click(f"#resume-{WORKER_ID}")
+    page.wait_text("active", row, timeout=20)
+    page.until(lambda: page.all(f"#drain-{WORKER_ID}"), "the drain button back")
+    page.open("queues")
+    page.wait_text("labels", "#activity-queues")
+    assert "imports" in page.text("#queues")
     assert page.console_errors() == []
 
 

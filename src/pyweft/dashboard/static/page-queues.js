@@ -97,7 +97,7 @@ function workerRow(w, reload) {
     "tr",
     { dataset: { worker: w.id } },
     h("th", { scope: "row", class: "mono" }, w.id),
-    h("td", {}, badge(w.status)),
+    h("td", {}, badge(w.status), w.drain_requested && w.status === "active" ? h("small", { class: "muted" }, " drain requested") : null),
     h("td", {}, w.queues.map((q) => h("span", { class: "tag" }, q))),
     h("td", { class: "num" }, `${w.in_flight} / ${w.concurrency}`),
     h("td", { title: fmtTime(w.last_heartbeat) }, fmtRelative(w.last_heartbeat)),
