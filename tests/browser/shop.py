@@ -6,11 +6,12 @@ the SQLite file in ``$PYWEFT_DASH_DB``."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from dataclasses import dataclass
 from typing import Any
 
-from pyweft import Engine, Queue, WorkflowContext, activity, workflow
+from pyweft import Engine, Queue, WorkflowContext, activity, activity_context, workflow
 
 IMPORTS = Queue("imports", concurrency=2, rate_limit=(30, "1m"))
 
@@ -61,6 +62,19 @@ async def nightly(ctx: WorkflowContext) -> str:
     return "report"
 
 
+@activity
+async def pack_boxes(count: int) -> int:
+    """Reports its progress by heartbeat, then works until the run is cancelled."""
+    activity_context().heartbeat({"packed": 2, "of": count})
+    await asyncio.Event().wait()  # cancelled with the run
+    return count
+
+
+@workflow
+async def packing(ctx: WorkflowContext, count: int) -> int:
+    return await ctx.run(pack_boxes, count)
+
+
 @activity(queue="labels")
 async def print_label(sku: str) -> str:
     return f"label for {sku}"
@@ -68,7 +82,7 @@ async def print_label(sku: str) -> str:
 
 def make_engine() -> Engine:
     url = os.environ.get("PYWEFT_DASH_DB", "sqlite:///dashboard-demo.db")
-    return Engine(url, workflows=[checkout, many_steps, nightly], queues=[IMPORTS])
+    return Engine(url, workflows=[checkout, many_steps, nightly, packing], queues=[IMPORTS])
 
 
 engine = make_engine

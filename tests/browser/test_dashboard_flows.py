@@ -213,6 +213,21 @@ def test_a_worker_is_drained_and_resumed_from_the_workers_page(page: Page) -> No
     assert page.console_errors() == []
 
 
+def test_a_running_activitys_heartbeat_progress_shows_on_its_timeline(page: Page) -> None:
+    body = {"type": "packing", "args": [5], "id": "pack-1"}
+    assert page.served.api("POST", "/workflows", json=body).status_code == 201
+    try:
+        page.sign_in(page.served.admin_key)
+        page.open("runs/pack-1")
+        page.wait_text('progress: {"packed":2,"of":5}', "#timeline", timeout=15)
+        page.click('#timeline [data-step="1"] summary')
+        page.wait_text('"packed": 2', '#timeline [data-step="1"]')
+        page.shot("run-heartbeat")
+        assert page.console_errors() == []
+    finally:
+        page.served.api("POST", "/workflows/pack-1/cancel")
+
+
 def test_a_rejected_key_goes_back_to_sign_in(page: Page) -> None:
     page.d.get(page.served.url + "/")
     page.d.execute_script("sessionStorage.setItem('pyweft.apiKey', 'pwk_nope_nope')")
