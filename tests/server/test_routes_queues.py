@@ -3,17 +3,30 @@ against a real engine and a real in-process Worker sharing its store."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import httpx
 import pytest
 
-from pyweft import Engine, MemoryStorage, Queue, SystemClock, Worker, activity
+from pyweft import (
+    Engine,
+    InvalidArgumentError,
+    MemoryStorage,
+    Queue,
+    QueueNotFoundError,
+    SystemClock,
+    Worker,
+    activity,
+)
+from pyweft.client import Client
 from pyweft.server import ServerAuth, create_app
 from pyweft.server.app import API_PREFIX
 from pyweft.server.keys import ApiKeyStore
 from server.conftest import WORKFLOWS, waits_for_go
 from support.poll import eventually
+
+from .live import live_server
 
 IMPORTS = Queue("imports", concurrency=1, rate_limit=(50, "30s"))
 
@@ -143,13 +156,63 @@ async def test_drain_and_resume_a_live_worker(
         assert aq1["concurrency_limit"] == 2 and aq1["rate_limit"] == [10, 60.0]
 
 
-async def test_draining_an_unknown_worker_is_404_and_stores_nothing(
+async def test_draining_an_unknown_worker_is_refused_and_stores_nothing(
     setup: tuple[Engine, MemoryStorage, httpx.AsyncClient],
 ) -> None:
     eng, storage, client = setup
     write = await _key(eng, "workers:write")
     before = await storage.scan("tk:")
     r = await client.post(f"{API_PREFIX}/workers/ghost/drain", headers=write)
-    assert r.status_code == 404 and r.json()["error"]["code"] == "WorkerNotFound"
-    assert r.json()["error"]["details"] == {"worker_id": "ghost"}
+    assert r.status_code == 400 and r.json()["error"]["code"] == "InvalidArgumentError"
+    assert "no worker 'ghost'" in r.json()["error"]["message"]
     assert await storage.scan("tk:") == before
+
+
+async def test_the_http_client_returns_what_the_engine_returns(
+    setup: tuple[Engine, MemoryStorage, httpx.AsyncClient],
+) -> None:
+    eng, storage, _ = setup
+    await eng.enqueue(IMPORTS, waits_for_go, id="c0")
+    async with (
+        Worker(storage, activities=[shrink], queues=["media"], worker_id="w-2") as w,
+        live_server(eng) as url,
+        Client(url) as client,
+    ):
+        assert await client.queues() == await eng.queues()
+        assert await client.queue_info("imports") == await eng.queue_info("imports")
+        with pytest.raises(QueueNotFoundError):
+            await client.queue_info("nope")
+        assert await client.workers() == await eng.workers()
+        drained = await client.drain_worker("w-2")
+        assert drained is not None and drained.drain_requested
+        await w.heartbeat()
+        [info] = await client.workers()
+        assert info == (await eng.workers())[0] and info.status == "drained"
+        resumed = await client.resume_worker("w-2")
+        assert resumed is not None and not resumed.drain_requested
+        with pytest.raises(InvalidArgumentError, match="no worker 'ghost'"):
+            await client.drain_worker("ghost")
+        with pytest.raises(InvalidArgumentError, match="no worker 'ghost'"):
+            await eng.drain_worker("ghost")
+
+
+async def test_the_blocking_client_drains_and_lists_workers(
+    setup: tuple[Engine, MemoryStorage, httpx.AsyncClient],
+) -> None:
+    from pyweft.sync import Client as SyncClient
+
+    eng, storage, _ = setup
+
+    def blocking(url: str) -> tuple[list[str], bool, list[str]]:
+        with SyncClient(url) as client:
+            ids = [w.id for w in client.workers()]
+            drained = client.drain_worker("w-3")
+            return ids, bool(drained and drained.drain_requested), [q.name for q in client.queues()]
+
+    async with (
+        Worker(storage, activities=[shrink], queues=["media"], worker_id="w-3"),
+        live_server(eng) as url,
+    ):
+        assert await asyncio.to_thread(blocking, url) == (["w-3"], True, ["imports"])
+        [info] = await eng.workers()
+        assert info.drain_requested

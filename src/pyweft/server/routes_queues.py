@@ -12,8 +12,6 @@ from typing import Any
 from starlette.responses import Response
 
 from pyweft import InvalidArgumentError
-from pyweft.engine.tasks.workers import WorkerInfo
-from pyweft.server import faults
 from pyweft.server.calls import JSON, Call, Endpoint
 
 READ_SCOPES = ("system:read", "workflows:read")
@@ -51,25 +49,12 @@ async def list_workers(call: Call) -> Response:
     return JSON({"items": sorted(found, key=lambda w: w.id)})
 
 
-async def _known_worker(call: Call) -> str | Response:
-    wid = call.params["worker_id"]
-    if not any(w.id == wid for w in await call.engine.workers(include_gone=True)):
-        return faults.fault(
-            404,
-            "WorkerNotFound",
-            f"no worker {wid!r} has a liveness record; list workers with GET /workers",
-            worker_id=wid,
-        )
-    return wid
-
-
 async def _set_drain(call: Call, drain: bool) -> Response:
-    found = await _known_worker(call)
-    if isinstance(found, Response):
-        return found
-    info: WorkerInfo | None = await (
-        call.engine.drain_worker(found) if drain else call.engine.resume_worker(found)
-    )
+    # An id with no worker record is the engine's InvalidArgumentError (400), as from
+    # Python, so the HTTP client raises what the engine raises.
+    wid = call.params["worker_id"]
+    engine = call.engine
+    info = await (engine.drain_worker(wid) if drain else engine.resume_worker(wid))
     return JSON({"worker": info, "drain_requested": drain})
 
 
@@ -142,7 +127,7 @@ ENDPOINTS = (
         handler=drain_worker,
         scopes=("workers:write",),
         summary="Ask a worker to stop claiming tasks; what it runs finishes",
-        responses={200: "OK", 404: "No such worker"},
+        responses={200: "OK", 400: "No such worker"},
         tag="queues",
     ),
     Endpoint(
@@ -151,7 +136,7 @@ ENDPOINTS = (
         handler=resume_worker,
         scopes=("workers:write",),
         summary="Let a drained worker claim tasks again",
-        responses={200: "OK", 404: "No such worker"},
+        responses={200: "OK", 400: "No such worker"},
         tag="queues",
     ),
     Endpoint(
