@@ -4,6 +4,7 @@ against a real engine and a real in-process Worker sharing its store."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 
 import httpx
@@ -16,6 +17,7 @@ from pyweft import (
     Queue,
     QueueNotFoundError,
     SystemClock,
+    VirtualClock,
     Worker,
     activity,
 )
@@ -216,3 +218,20 @@ async def test_the_blocking_client_drains_and_lists_workers(
         assert await asyncio.to_thread(blocking, url) == (["w-3"], True, ["imports"])
         [info] = await eng.workers()
         assert info.drain_requested
+
+
+async def test_gone_workers_are_listed_only_when_asked(
+    setup: tuple[Engine, MemoryStorage, httpx.AsyncClient],
+) -> None:
+    eng, storage, client = setup
+    read = await _key(eng, "workflows:read")
+    # A worker whose clock is an hour behind wrote a record that is already overdue.
+    stale = VirtualClock(time.time() - 3600)
+    async with Worker(storage, activities=[shrink], queues=["media"], worker_id="old", clock=stale):
+        live = (await client.get(f"{API_PREFIX}/workers", headers=read)).json()["items"]
+        assert live == []
+        r = await client.get(f"{API_PREFIX}/workers?include_gone=true", headers=read)
+        [row] = r.json()["items"]
+        assert (row["id"], row["status"]) == ("old", "gone")
+        aq = (await client.get(f"{API_PREFIX}/activity-queues", headers=read)).json()["items"]
+        assert aq == []  # a gone worker serves nothing
