@@ -33,8 +33,9 @@ CHROMEDRIVER = shutil.which("chromedriver")
 ADMIN_SCOPES = (
     "workflows:read", "workflows:write", "events:read", "signals:write", "updates:write",
     "queries:read", "reviews:read", "reviews:write", "schedules:read", "schedules:write",
-    "system:read", "workflows:admin",
+    "system:read", "workflows:admin", "workers:write",
 )  # fmt: skip
+WORKER_ID = "shop-labels-1"
 READ_ONLY_SCOPES = ("workflows:read", "events:read", "reviews:read", "schedules:read")
 
 
@@ -100,11 +101,25 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
             pass
         assert time.monotonic() < deadline, "pyweft serve did not come up"
         time.sleep(0.05)
+    # A real worker process on the same store, for the workers page (drain and resume).
+    worker = subprocess.Popen(
+        [PYWEFT, "worker", "tests.browser.shop", "--db", db, "--queue", "labels",
+         "--id", WORKER_ID, "--concurrency", "4", "--drain-timeout", "2"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    served = Served(url=url, db=db, admin_key=admin, read_key=reader)
     try:
-        yield Served(url=url, db=db, admin_key=admin, read_key=reader)
+        while not any(w["id"] == WORKER_ID for w in served.api("GET", "/workers").json()["items"]):
+            assert worker.poll() is None, worker.stderr.read().decode() if worker.stderr else ""
+            assert time.monotonic() < deadline + 30, "pyweft worker did not come up"
+            time.sleep(0.05)
+        yield served
     finally:
+        worker.send_signal(signal.SIGTERM)
+        _, werr = worker.communicate(timeout=30)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
+        assert worker.returncode == 0, werr.decode()
         assert proc.returncode == 0, err.decode()
 
 

@@ -8,11 +8,11 @@ import sys
 
 from pyweft import Engine
 
-from .shop import Order, checkout, many_steps, nightly
+from .shop import IMPORTS, Order, checkout, many_steps, nightly
 
 
 async def seed(url: str, *, steps: int = 40) -> None:
-    async with Engine(url, workflows=[checkout, many_steps, nightly]) as engine:
+    async with Engine(url, workflows=[checkout, many_steps, nightly], queues=[IMPORTS]) as engine:
         done = await engine.start(many_steps, steps, id="long-run", tags=["batch"])
         await done.result(timeout=60)
         for i in range(3):

@@ -1,15 +1,19 @@
 """The app the browser tests serve with ``pyweft serve tests.browser.shop:engine``: an
 order workflow that charges, waits for a signal, asks for a review and ships; a
-schedule; and a run with many steps. The store is the SQLite file in
-``$PYWEFT_DASH_DB``."""
+schedule; a run with many steps; a workflow queue; and an activity on the ``labels``
+task queue that ``pyweft worker tests.browser.shop --queue labels`` serves. The store is
+the SQLite file in ``$PYWEFT_DASH_DB``."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from dataclasses import dataclass
 from typing import Any
 
-from pyweft import Engine, WorkflowContext, activity, workflow
+from pyweft import Engine, Queue, WorkflowContext, activity, activity_context, workflow
+
+IMPORTS = Queue("imports", concurrency=2, rate_limit=(30, "1m"))
 
 
 @dataclass
@@ -58,9 +62,27 @@ async def nightly(ctx: WorkflowContext) -> str:
     return "report"
 
 
+@activity
+async def pack_boxes(count: int) -> int:
+    """Reports its progress by heartbeat, then works until the run is cancelled."""
+    activity_context().heartbeat({"packed": 2, "of": count})
+    await asyncio.Event().wait()  # cancelled with the run
+    return count
+
+
+@workflow
+async def packing(ctx: WorkflowContext, count: int) -> int:
+    return await ctx.run(pack_boxes, count)
+
+
+@activity(queue="labels")
+async def print_label(sku: str) -> str:
+    return f"label for {sku}"
+
+
 def make_engine() -> Engine:
     url = os.environ.get("PYWEFT_DASH_DB", "sqlite:///dashboard-demo.db")
-    return Engine(url, workflows=[checkout, many_steps, nightly])
+    return Engine(url, workflows=[checkout, many_steps, nightly, packing], queues=[IMPORTS])
 
 
 engine = make_engine

@@ -1,6 +1,7 @@
 """Clicking through the dashboard in headless Chromium against a real ``pyweft serve``:
 start a run from its form, follow it live, signal it, approve its review, see it
-complete in the timeline; filter the runs list; fork from a step; pause a schedule."""
+complete in the timeline; filter the runs list; fork from a step; pause a schedule;
+drain and resume a real ``pyweft worker`` process."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import httpx
 import pytest
 
+from .conftest import WORKER_ID
 from .kit import Page
 
 pytestmark = pytest.mark.slow
@@ -180,6 +182,55 @@ def test_actions_a_key_may_not_take_are_disabled_with_the_reason(page: Page) -> 
     page.open("start")
     page.wait_text("needs workflows:write")
     assert page.console_errors() == []
+
+
+def test_a_worker_is_drained_and_resumed_from_the_workers_page(page: Page) -> None:
+    row = f'#workers tr[data-worker="{WORKER_ID}"]'
+    page.sign_in(page.served.read_key)
+    page.open("workers")
+    page.wait_text(WORKER_ID, "#workers")
+    drain = page.css(f"#drain-{WORKER_ID}")
+    assert not drain.is_enabled() and "needs workers:write" in page.text(row)
+
+    page.sign_in(page.served.admin_key)
+    page.open("workers")
+    page.wait_text("active", row)
+    assert "labels" in page.text(row) and "0 / 4" in page.text(row)
+    page.click(f"#drain-{WORKER_ID}")
+    page.confirm()
+    # The worker process reads the request at its next heartbeat (every 5 s) and says so.
+    page.wait_text("drained", row, timeout=20)
+    page.shot("workers-drained")
+    [info] = [w for w in page.served.api("GET", "/workers").json()["items"] if w["id"] == WORKER_ID]
+    assert info["status"] == "drained" and info["drain_requested"] is True
+
+    page.click(f"#resume-{WORKER_ID}")
+    # The request is withdrawn at once (the worker claims again from its next heartbeat).
+    page.until(lambda: page.all(f"#drain-{WORKER_ID}"), "the drain button back")
+    [info] = [w for w in page.served.api("GET", "/workers").json()["items"] if w["id"] == WORKER_ID]
+    assert info["drain_requested"] is False
+    page.open("queues")
+    page.wait_text("labels", "#activity-queues")
+    assert "imports" in page.text("#queues")
+    page.open("overview")
+    page.wait_text("1 worker(s)", "#overview-queues")
+    assert "imports" in page.text("#overview-queues")
+    assert page.console_errors() == []
+
+
+def test_a_running_activitys_heartbeat_progress_shows_on_its_timeline(page: Page) -> None:
+    body = {"type": "packing", "args": [5], "id": "pack-1"}
+    assert page.served.api("POST", "/workflows", json=body).status_code == 201
+    try:
+        page.sign_in(page.served.admin_key)
+        page.open("runs/pack-1")
+        page.wait_text('progress: {"packed":2,"of":5}', "#timeline", timeout=15)
+        page.click('#timeline [data-step="1"] summary')
+        page.wait_text('"packed": 2', '#timeline [data-step="1"]')
+        page.shot("run-heartbeat")
+        assert page.console_errors() == []
+    finally:
+        page.served.api("POST", "/workflows/pack-1/cancel")
 
 
 def test_a_rejected_key_goes_back_to_sign_in(page: Page) -> None:

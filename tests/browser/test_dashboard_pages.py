@@ -22,6 +22,8 @@ PAGES = {
     "reviews": ("reviews", "Reviews"),
     "schedules": ("schedules", "nightly-report"),
     "schedule": ("schedules/nightly-report", "Next fire times"),
+    "queues": ("queues", "imports"),
+    "workers": ("workers", "shop-labels-1"),
     "system": ("system", "Registry"),
 }
 

@@ -38,6 +38,7 @@ from pyweft.client import wire
 from pyweft.client.errors import rebuild
 from pyweft.client.handle import OMITTED, RemoteWorkflowHandle
 from pyweft.client.published import PublishedClient
+from pyweft.client.queues import QueuesClient
 from pyweft.definitions import workflow_definition_of
 from pyweft.durations import DurationLike, parse_duration, parse_optional_duration
 
@@ -65,7 +66,7 @@ def _time(value: datetime | float | None) -> str | float | None:
     return value.isoformat() if isinstance(value, datetime) else value
 
 
-class Client(PublishedClient):
+class Client(PublishedClient, QueuesClient):
     """An HTTP client with the engine's methods.
 
     ``url`` defaults to ``$PYWEFT_ADDR`` (else ``http://127.0.0.1:7233``) and ``token``

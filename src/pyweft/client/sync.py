@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Literal
 
-from pyweft import Group, History, Page, ReviewInfo, WorkflowInfo
+from pyweft import Group, History, Page, QueueInfo, ReviewInfo, WorkerInfo, WorkflowInfo
 from pyweft.client.handle import OMITTED
 from pyweft.client.http import Client as AsyncClient
 from pyweft.durations import DurationLike
@@ -198,6 +198,21 @@ class Client:
 
     def describe(self, workflow_id: str) -> WorkflowInfo:
         return self._loop.run(self._client.describe, workflow_id)
+
+    def queues(self) -> builtins.list[QueueInfo]:
+        return self._loop.run(self._client.queues)
+
+    def queue_info(self, name: str) -> QueueInfo:
+        return self._loop.run(self._client.queue_info, name)
+
+    def workers(self, *, include_gone: bool = False) -> builtins.list[WorkerInfo]:
+        return self._loop.run(self._client.workers, include_gone=include_gone)
+
+    def drain_worker(self, worker_id: str) -> WorkerInfo | None:
+        return self._loop.run(self._client.drain_worker, worker_id)
+
+    def resume_worker(self, worker_id: str) -> WorkerInfo | None:
+        return self._loop.run(self._client.resume_worker, worker_id)
 
     def history(self, workflow_id: str) -> History:
         return self._loop.run(self._client.history, workflow_id)

@@ -155,6 +155,9 @@ def step_to_json(step: StepInfo) -> dict[str, Any]:
         "result": step.result,
         "error": error_to_json(step.error),
         "next_attempt_at": _ts(step.next_attempt_at),
+        # An activity in flight: its latest heartbeat's details (progress), and when.
+        "heartbeat_details": step.heartbeat_details,
+        "heartbeat_at": _ts(step.heartbeat_at),
     }
 
 
@@ -170,6 +173,8 @@ def step_from_json(data: dict[str, Any]) -> StepInfo:
         result=data.get("result"),
         error=error_from_json(data.get("error")),
         next_attempt_at=_dt(data.get("next_attempt_at")),
+        heartbeat_details=data.get("heartbeat_details"),
+        heartbeat_at=_dt(data.get("heartbeat_at")),
     )
 
 

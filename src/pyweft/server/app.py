@@ -33,6 +33,7 @@ from pyweft.server import (
     routes_bulk,
     routes_messages,
     routes_published,
+    routes_queues,
     routes_registry,
     routes_schedules,
     routes_streams,
@@ -63,6 +64,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     *routes_schedules.ENDPOINTS,
     *routes_registry.ENDPOINTS,
     *routes_activities.ENDPOINTS,
+    *routes_queues.ENDPOINTS,
 )
 WS_SCOPES = ("events:read",)
 

@@ -34,6 +34,7 @@ _STATUS: tuple[tuple[type[errors.PyweftError], int], ...] = (
     (errors.ReviewNotFoundError, 404),
     (errors.QueryNotFoundError, 404),
     (errors.ScheduleNotFoundError, 404),
+    (errors.QueueNotFoundError, 404),
     (errors.ActivityTokenNotFoundError, 404),
     (errors.WorkflowAlreadyExistsError, 409),
     (errors.IdempotencyKeySpentError, 409),

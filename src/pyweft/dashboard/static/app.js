@@ -3,6 +3,7 @@
 import { loadPrincipal, session, whenUnauthorized } from "./api.js";
 import { clear, h, notify } from "./dom.js";
 import { overviewPage } from "./page-overview.js";
+import { queuesPage, workersPage } from "./page-queues.js";
 import { reviewsPage } from "./page-reviews.js";
 import { runPage } from "./page-run.js";
 import { runsPage } from "./page-runs.js";
@@ -17,6 +18,8 @@ const PAGES = [
   ["start", "Start"],
   ["reviews", "Reviews"],
   ["schedules", "Schedules"],
+  ["queues", "Queues"],
+  ["workers", "Workers"],
   ["system", "System"],
 ];
 
@@ -112,6 +115,8 @@ async function render() {
     else if (page === "reviews") await reviewsPage(ctx);
     else if (page === "schedules" && parts[1]) await scheduleDetailPage(ctx, parts.slice(1).join("/"));
     else if (page === "schedules") await schedulesPage(ctx);
+    else if (page === "queues") await queuesPage(ctx);
+    else if (page === "workers") await workersPage(ctx);
     else if (page === "system") await systemPage(ctx);
     else clear(main, h("h1", {}, "Not found"), h("p", {}, "No page at " + location.hash));
     if (mine !== generation) return;

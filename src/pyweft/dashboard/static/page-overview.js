@@ -70,6 +70,20 @@ function eventLine(e) {
   );
 }
 
+function queueSummary(queues, workers) {
+  const live = workers.items.filter((w) => w.status !== "gone");
+  const busy = live.reduce((n, w) => n + w.in_flight, 0);
+  const slots = live.reduce((n, w) => n + w.concurrency, 0);
+  return h(
+    "div",
+    { id: "overview-queues" },
+    queues.items.length
+      ? h("ul", { class: "counts" }, queues.items.map((q) => h("li", {}, h("a", { href: "#/queues" }, h("span", {}, q.name), h("span", {}, `${q.depth} waiting · ${q.in_flight} in flight`)))))
+      : h("p", { class: "muted" }, "No workflow queue defined."),
+    h("p", {}, h("a", { href: "#/workers" }, `${live.length} worker(s)`), `, ${busy} of ${slots} slots busy`, live.some((w) => w.status !== "active") ? ", some draining" : ""),
+  );
+}
+
 async function optional(scope, load) {
   if (!session.can(scope)) return { denied: `needs scope ${scope}` };
   try {
@@ -81,13 +95,14 @@ async function optional(scope, load) {
 
 export async function overviewPage({ main, onLeave }) {
   const dayAgo = new Date(Date.now() - 24 * 3600e3).toISOString();
-  const [byStatus, byType, failed, blocked, lease, schedules] = await Promise.all([
+  const [byStatus, byType, failed, blocked, lease, schedules, queues] = await Promise.all([
     optional("workflows:read", () => get("/workflows/aggregate?group_by=status")),
     optional("workflows:read", () => get("/workflows/aggregate?group_by=type")),
     optional("workflows:read", () => get("/workflows" + qs({ status: "failed", updated_after: dayAgo, limit: 1000 }))),
     optional("workflows:read", () => get("/workflows?status=blocked&limit=20")),
     optional("system:read", () => get("/system/lease")),
     optional("schedules:read", () => get("/schedules")),
+    optional("workflows:read", () => Promise.all([get("/queues"), get("/workers")])),
   ]);
   const denied = (r) => h("p", { class: "muted" }, "Not shown: " + r.denied);
   const order = (groups) => groups.sort((a, b) => STATUSES.indexOf(a.key) - STATUSES.indexOf(b.key));
@@ -134,6 +149,10 @@ export async function overviewPage({ main, onLeave }) {
               )
             : h("p", { class: "muted" }, "None: every run replays cleanly.")
           : denied(blocked),
+      ),
+      section(
+        "Queues and workers",
+        queues.value ? queueSummary(...queues.value) : denied(queues),
       ),
       section(
         "Late schedules",

@@ -18,6 +18,7 @@ import {
 import { timeline } from "./timeline.js";
 
 const TERMINAL = ["completed", "failed", "cancelled", "timed_out"];
+const HEARTBEAT_REFRESH_MS = 3000;
 
 function summary(run) {
   const rows = [
@@ -238,8 +239,13 @@ export async function runPage({ main, onLeave }, id) {
   }
   if (!session.can("events:read") || TERMINAL.includes(run.status)) return;
   const stop = follow(`/workflows/${enc(id)}/events/sse`, schedule);
+  // Heartbeats are not events: while a step is open, reread so its progress stays current.
+  const beat = setInterval(() => {
+    if (slots.timeline.querySelector('details[data-kind="activity"][data-status="open"]')) schedule();
+  }, HEARTBEAT_REFRESH_MS);
   onLeave(() => {
     stop();
+    clearInterval(beat);
     if (timer) clearTimeout(timer);
   });
 }

@@ -4,6 +4,11 @@
 // a step's payload is rendered only when its row is opened.
 import { fmtDuration, h, pretty } from "./dom.js";
 
+function short(value) {
+  const text = JSON.stringify(value);
+  return text.length > 120 ? text.slice(0, 117) + "…" : text;
+}
+
 export function timeline(run, steps, opened = new Set()) {
   if (!steps.length) return h("p", { class: "muted" }, "No steps yet.");
   const t0 = new Date(run.created_at).getTime();
@@ -32,7 +37,8 @@ export function timeline(run, steps, opened = new Set()) {
       h("span", { class: "dur" }, s.finished_at ? fmtDuration(end - start) : "…"),
       h("span", { class: "att", title: "attempts" }, s.attempts > 1 ? `×${s.attempts}` : ""),
     );
-    const item = h("details", { class: "step", dataset: { step: s.step } }, summary);
+    const beating = s.status === "open" && s.heartbeat_details !== null && s.heartbeat_details !== undefined;
+    const item = h("details", { class: "step", dataset: { step: s.step, kind: s.kind, status: s.status } }, summary);
     const fill = () => {
       if (item.childElementCount > 1) return;
       item.append(
@@ -40,9 +46,10 @@ export function timeline(run, steps, opened = new Set()) {
           "div",
           { class: "step-body" },
           h("p", { class: "muted" }, `started ${s.started_at}`, s.finished_at ? ` · finished ${s.finished_at}` : " · not finished", s.next_attempt_at ? ` · next attempt ${s.next_attempt_at}` : ""),
+          beating ? h("pre", { class: "mono" }, `progress (heartbeat ${s.heartbeat_at}):\n` + pretty(s.heartbeat_details)) : null,
           s.error
             ? h("pre", { class: "error" }, `${s.error.type}: ${s.error.message}`)
-            : h("pre", { class: "mono" }, pretty(s.result) || "null"),
+            : s.status === "open" ? null : h("pre", { class: "mono" }, pretty(s.result) || "null"),
         ),
       );
     };
@@ -51,7 +58,11 @@ export function timeline(run, steps, opened = new Set()) {
       item.open = true;
       fill();
     }
-    fragment.append(h("li", {}, item));
+    // A running activity's progress shows without opening the row.
+    const progress = beating
+      ? h("p", { class: "progress mono", title: `heartbeat at ${s.heartbeat_at}` }, "progress: " + short(s.heartbeat_details))
+      : null;
+    fragment.append(h("li", {}, item, progress));
   }
   list.append(fragment);
   return h(
