@@ -272,7 +272,7 @@ async def vault(ctx: WorkflowContext) -> list[str]:
 
 async def test_a_handler_waits_for_state_a_signal_handler_changes(backend: Backend) -> None:
     async with backend.engine(workflows=[vault]) as engine:
-        handle = await engine.start(vault, id="v1")
+        await engine.start(vault, id="v1")
         waiting = asyncio.create_task(engine.update("v1", "open", "ann", timeout=10))
         await eventually(lambda: _taken(engine, "v1"), what="the run took the update")
         await asyncio.sleep(0.05)
