@@ -41,12 +41,16 @@ async def test_calls_within_the_period_start_one_run_with_the_latest_arguments(
 async def test_max_wait_bounds_how_long_calls_can_postpone_the_run(backend: Backend) -> None:
     async with backend.engine(workflows=[index_doc]) as engine:
         handle = await engine.debounce("k", index_doc, "a", period=10, max_wait=15)
-        for doc in ("b", "c", "d"):
-            backend.clock.advance(5)
+        for doc, step in (("b", 5), ("c", 5), ("d", 4)):
+            backend.clock.advance(step)
             assert (await engine.debounce("k", index_doc, doc, period=10, max_wait=15)).id == (
                 handle.id
             )
-        # Three calls 5s apart postponed it to the cap, 15s after the first call: due now.
+        # Calls at 5, 10 and 14 s postponed it to the cap, 15 s after the first call (not
+        # to 24 s); a call at exactly the cap would race the start, so none is made there.
+        await asyncio.sleep(0.05)
+        assert (await handle.describe()).status == "pending"
+        backend.clock.advance(1)
         assert await handle.result(timeout=5) == "indexed d"
 
 
