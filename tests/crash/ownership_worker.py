@@ -214,9 +214,9 @@ def _trace_claim_cycle(engine: Engine) -> None:
             "renew pass: %d claims in %.3fs", n, time.perf_counter() - t0
         )
 
-    async def timed_reclaim() -> int:
+    async def timed_reclaim(undrivable: list[str] | None = None) -> int:
         t0 = time.perf_counter()
-        taken = await reclaim()
+        taken = await reclaim(undrivable)
         logging.getLogger("trace").warning(
             "reclaim scan: took %d in %.3fs", taken, time.perf_counter() - t0
         )
