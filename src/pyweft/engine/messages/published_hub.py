@@ -1,14 +1,15 @@
 """How readers of published events and streams hear that a run wrote something.
 
 A run that sets an event or writes a stream chunk kicks the hub of its store
-after the commit: readers in this process wake at once. On a store that can
-notify (PostgreSQL's LISTEN/NOTIFY, memory) the hub also announces the write on
-the ``published`` topic, so readers in other processes wake within milliseconds;
-announcements are single-flight with one trailing resend, so a run writing a
-burst of chunks costs a handful of NOTIFYs, not one per chunk. On a store that
-cannot notify (SQLite) readers in other processes look again every
-``FALLBACK_POLL_S``; a reader on a notifying store still looks now and then, for
-notifications lost to a dropped connection.
+after the commit: readers in this process wake at once. The hub also announces
+the write on the ``published`` topic, so readers in other processes wake within
+milliseconds: by the store's notifications where it has them (PostgreSQL's
+LISTEN/NOTIFY, memory), else by the SQLite doorbell
+(:mod:`pyweft.storage.doorbell`). Announcements are single-flight with one
+trailing resend, so a run writing a burst of chunks costs a handful of
+notifications, not one per chunk. Readers still look now and then
+(``SAFETY_POLL_S``) for notifications lost to a dropped connection or a full
+socket buffer; on a store with neither (``FALLBACK_POLL_S``) that is all they do.
 
 The hub listens only while someone waits: the first waiting reader opens the
 listener and the last one to leave closes it, so an engine with no readers holds
@@ -21,13 +22,14 @@ import asyncio
 import contextlib
 import logging
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from pyweft.storage.base import Storage, Unlisten
+from pyweft.storage.doorbell import bell_dir, listen_dir, ring_dir
 
 TOPIC = "published"
-FALLBACK_POLL_S = 0.05  # stores that cannot notify across processes (SQLite)
+FALLBACK_POLL_S = 0.05  # stores that cannot tell other processes of a write
 SAFETY_POLL_S = 1.0  # stores that can: only for notifications that were lost
 
 log = logging.getLogger("pyweft.published")
@@ -47,10 +49,18 @@ class PublishedHub:
         self._listening: asyncio.Task[None] | None = None
         self._announcing: asyncio.Task[None] | None = None
         self._again = False
+        self._notify: Callable[[str], Awaitable[None]] | None = getattr(storage, "notify", None)
+        self._listener: Callable[[str, Callable[[], None]], Awaitable[Unlisten]] | None = getattr(
+            storage, "listen", None
+        )
+        if self._notify is None or self._listener is None:
+            bells = bell_dir(storage)
+            if bells is not None:
+                self._notify, self._listener = _doorbell(bells)
 
     @property
     def can_notify(self) -> bool:
-        return getattr(self._storage, "listen", None) is not None
+        return self._listener is not None
 
     @property
     def seq(self) -> int:
@@ -76,7 +86,7 @@ class PublishedHub:
     def announce(self) -> None:
         """After a committed write: wake readers here now, and elsewhere soon."""
         self.kick()
-        if not hasattr(self._storage, "notify"):
+        if self._notify is None:
             return
         if self._announcing is not None and not self._announcing.done():
             self._again = True
@@ -84,7 +94,7 @@ class PublishedHub:
         self._announcing = asyncio.get_running_loop().create_task(self._announce())
 
     async def _announce(self) -> None:
-        notify = getattr(self._storage, "notify", None)
+        notify = self._notify
         while notify is not None:
             self._again = False
             try:
@@ -107,7 +117,7 @@ class PublishedHub:
                 await self._stop_listening()
 
     async def _listen(self) -> None:
-        listen = getattr(self._storage, "listen", None)
+        listen = self._listener
         if listen is None or self._unlisten is not None:
             return
         if self._listening is None:
@@ -127,6 +137,22 @@ class PublishedHub:
         if unlisten is not None:
             with contextlib.suppress(Exception):
                 await unlisten()
+
+
+def _doorbell(
+    path: str,
+) -> tuple[
+    Callable[[str], Awaitable[None]], Callable[[str, Callable[[], None]], Awaitable[Unlisten]]
+]:
+    """``notify`` and ``listen`` over the doorbell directory ``path``."""
+
+    async def notify(topic: str) -> None:
+        ring_dir(path, topic)
+
+    async def listen(topic: str, callback: Callable[[], None]) -> Unlisten:
+        return listen_dir(path, topic, callback)
+
+    return notify, listen
 
 
 def hub_for(storage: Storage) -> PublishedHub:

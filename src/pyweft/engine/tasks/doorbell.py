@@ -3,26 +3,19 @@
 Workers must hear about a new task, and engines about a task's outcome, in
 milliseconds, not at their next poll. PostgreSQL's LISTEN/NOTIFY (the store's
 ``notify``/``listen``) does that across machines. SQLite has no such thing, but
-every process sharing an SQLite file is on one host, so a *doorbell* serves: each
-listener binds a Unix datagram socket in a directory named after the database
-file, and ringing sends one byte to every socket there. A socket whose process
-died refuses the byte and is removed. Rings are best effort either way: every
-listener still polls now and then.
+every process sharing an SQLite file is on one host, so a *doorbell* serves
+(:mod:`pyweft.storage.doorbell`, Unix datagram sockets). Rings are best effort either
+way: every listener still polls now and then.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import hashlib
 import logging
-import os
-import socket
-import tempfile
-import uuid
 from collections.abc import Awaitable, Callable
 
 from pyweft.storage.base import Storage
+from pyweft.storage.doorbell import bell_dir, listen_dir, ring_dir
 
 log = logging.getLogger("pyweft.tasks")
 
@@ -34,7 +27,7 @@ class Notifier:
 
     def __init__(self, storage: Storage) -> None:
         self._storage = storage
-        self._dir = _bell_dir(storage)
+        self._dir = bell_dir(storage)
         self._store_notify = getattr(storage, "notify", None)
         self._store_listen = getattr(storage, "listen", None)
         self._pending: dict[str, bool] = {}  # channel -> another ring asked for meanwhile
@@ -50,7 +43,7 @@ class Notifier:
             except Exception as exc:  # best effort: listeners poll too
                 log.debug("notify %s failed: %s", channel, exc)
         elif self._dir is not None:
-            _ring_dir(self._dir, channel)
+            ring_dir(self._dir, channel)
 
     def ring_soon(self, channel: str) -> None:
         """Ring once for every call made until the ring goes out: under load, many
@@ -82,72 +75,4 @@ class Notifier:
                 return None
         if self._dir is None:
             return None
-        return _listen_dir(self._dir, channel, callback)
-
-
-def _bell_dir(storage: Storage) -> str | None:
-    from pyweft.storage.sqlite import SQLiteStorage
-
-    if not isinstance(storage, SQLiteStorage) or not hasattr(socket, "AF_UNIX"):
-        return None
-    # Under the temp dir, not beside the database: a socket path is limited to ~100 bytes.
-    digest = hashlib.sha256(os.path.realpath(storage.path).encode()).hexdigest()[:16]
-    path = os.path.join(tempfile.gettempdir(), "pyweft-bells", digest)
-    try:
-        os.makedirs(path, mode=0o700, exist_ok=True)
-    except OSError as exc:
-        log.warning("no doorbell for %s (%s); task queues poll", storage.path, exc)
-        return None
-    return path
-
-
-def _ring_dir(path: str, channel: str) -> None:
-    try:
-        names = os.listdir(path)
-    except OSError:
-        return
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sock.setblocking(False)
-    try:
-        for name in names:
-            if not name.startswith(channel + "."):
-                continue
-            target = os.path.join(path, name)
-            try:
-                sock.sendto(b"!", target)
-            except (ConnectionRefusedError, FileNotFoundError):
-                with contextlib.suppress(OSError):  # its process is gone
-                    os.unlink(target)
-            except OSError:
-                pass  # its buffer is full: it has a ring pending already
-    finally:
-        sock.close()
-
-
-def _listen_dir(path: str, channel: str, callback: Callable[[], None]) -> Unlisten:
-    loop = asyncio.get_running_loop()
-    target = os.path.join(path, f"{channel}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sock.setblocking(False)
-    sock.bind(target)
-
-    def readable() -> None:
-        try:
-            while True:
-                sock.recv(64)
-        except (BlockingIOError, InterruptedError):
-            pass
-        except OSError:
-            return
-        callback()
-
-    loop.add_reader(sock.fileno(), readable)
-
-    async def unlisten() -> None:
-        with contextlib.suppress(Exception):
-            loop.remove_reader(sock.fileno())
-        sock.close()
-        with contextlib.suppress(OSError):
-            os.unlink(target)
-
-    return unlisten
+        return listen_dir(self._dir, channel, callback)
