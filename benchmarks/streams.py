@@ -10,7 +10,7 @@ readers. A reader's lag for a chunk is its arrival time minus the chunk's write
 time (one machine, one wall clock); the write itself (a committed step) is inside
 the lag. Reported: lag percentiles over every chunk of every reader, the writer's
 rate, and the readers' throughput. On PostgreSQL readers hear of new chunks by
-LISTEN/NOTIFY; on SQLite another process can only poll (every 50 ms).
+LISTEN/NOTIFY; on SQLite by the doorbell (pyweft.storage.doorbell).
 """
 
 from __future__ import annotations
