@@ -90,15 +90,15 @@ async def test_racing_takes_on_8_connections_never_take_a_row_twice(
     taken: list[list[str]] = [[] for _ in stores]
 
     async def drain(i: int) -> None:
+        got: list[tuple[str, bytes]] = []
+
+        def plan(
+            pairs: list[tuple[str, bytes]], peeked: list[bytes | None]
+        ) -> list[tuple[list[Expect], list[Op]]]:
+            got[:] = pairs
+            return move(pairs, peeked)
+
         while True:
-            got: list[tuple[str, bytes]] = []
-
-            def plan(
-                pairs: list[tuple[str, bytes]], peeked: list[bytes | None]
-            ) -> list[tuple[list[Expect], list[Op]]]:
-                got.extend(pairs)
-                return move(pairs, peeked)
-
             oks = await stores[i].take("q:", limit=7, plan=plan)
             taken[i] += [k for (k, _), ok in zip(got, oks, strict=True) if ok]
             if not got:

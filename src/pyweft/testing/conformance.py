@@ -169,12 +169,12 @@ class StorageConformance(ABC):
             pairs: list[tuple[str, bytes]], peeked: list[bytes | None]
         ) -> list[tuple[list[Expect], list[Op]]]:
             seen.extend([pairs, peeked])
-            move = [
+            batches: list[tuple[list[Expect], list[Op]]] = [
                 ([Expect(key=k, value=v)], [Delete(key=k), Put(key="t:" + k, value=v)])
                 for k, v in pairs
             ]
-            stale = ([Expect(key="q:1", value=b"other")], [Put(key="never", value=b"")])
-            return [*move, stale]
+            batches.append(([Expect(key="q:1", value=b"other")], [Put(key="never", value=b"")]))
+            return batches
 
         got = await take("q:", start="q:0", limit=2, plan=plan, peek=["cfg", "absent"])
         assert seen == [[("q:1", b"q:1"), ("q:2", b"q:2")], [b"c", None]]
