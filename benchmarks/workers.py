@@ -301,7 +301,7 @@ def dbos(args: list[str]) -> None:
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(DBOS_VENV)], check=True)
         subprocess.run(
-            [str(python), "-m", "pip", "install", "-q", "dbos==3.4.*", "psycopg[binary]"],
+            [str(python), "-m", "pip", "install", "-q", "dbos==3.4.*"],
             check=True,
         )
     script = Path(__file__).with_name("dbos_queues.py")

@@ -224,6 +224,10 @@ _SQL_TAKE = (
     "FOR UPDATE SKIP LOCKED"
 )
 _SQL_NOTIFY = b"SELECT pg_notify(%s, '')"
+# A notification made while writes queue rides with the next group, in its transaction
+# (delivered at its commit, so after every write its caller made before): no trip of its own.
+_NOTIFY_TAIL = ", (SELECT count(pg_notify(c, '')) FROM unnest(%s::text[]) AS c)"
+_SQL_NOTIFY_MANY = b"SELECT count(pg_notify(c, '')) FROM unnest(%s::text[]) AS c"
 _SQL_GET = "SELECT value FROM {kv} WHERE key = %s"
 _SQL_GET_MANY = "SELECT key, value FROM {kv} WHERE key = ANY(%s::text[])"
 # Formatted with the lower bound's operator, an upper bound and the order. LIMIT NULL: all.
@@ -313,6 +317,8 @@ class PostgresStorage:
         self._sql_get_many = _render(_SQL_GET_MANY, names)
         self._sql_write = _render(_SQL_WRITE, names)
         self._sql_write_group = _render(_SQL_WRITE_GROUP, names)
+        self._sql_write_notify = _render(_SQL_WRITE + _NOTIFY_TAIL, names)
+        self._sql_write_group_notify = _render(_SQL_WRITE_GROUP + _NOTIFY_TAIL, names)
         self._sql_scan = {
             (low, high, rev): _render(_SQL_SCAN.format(low, high, rev), names)
             for low in (">=", ">")
@@ -427,6 +433,9 @@ class PostgresStorage:
     async def notify(self, topic: str) -> None:
         """Wake every ``listen(topic, ...)`` on this schema, in any process (best effort)."""
         channel = pg_listen.channel_name(self._schema, topic)
+        if self._writes.queued:  # a group is about to go: ride with it
+            await self._writes.submit(_Batch({}, {}, channel))
+            return
         await self._execute("notify", _SQL_NOTIFY, (channel,), idempotent=True)
 
     async def listen(self, topic: str, callback: Callable[[], None]) -> Unlisten:
@@ -490,13 +499,32 @@ class PostgresStorage:
             return held
         return await self._writes.submit(_Batch(expected, final))
 
-    async def _send_group(self, batches: Sequence[_Batch]) -> list[bool]:
-        """One round trip and one transaction for every batch of a group."""
+    async def _send_group(self, items: Sequence[_Batch]) -> list[bool]:
+        """One round trip and one transaction for every batch of a group, and for the
+        notifications that ride with it."""
+        batches = [b for b in items if b.notify is None]
+        channels = sorted({b.notify for b in items if b.notify is not None})
+        if not channels:
+            return await self._send_batches(batches, None)
+        tail = _array(_TEXT, (c.encode() for c in channels))
+        if not batches:
+            await self._execute("notify", _SQL_NOTIFY_MANY, (tail,), idempotent=True)
+            return [True] * len(items)
+        held = iter(await self._send_batches(batches, tail))
+        return [True if b.notify is not None else next(held) for b in items]
+
+    async def _send_batches(self, batches: Sequence[_Batch], notify: _Array | None) -> list[bool]:
         if len(batches) == 1:
-            return [await self._send_one(batches[0])]
+            return [await self._send_one(batches[0], notify)]
         lock_ids = sorted({self._lock_id(k) for b in batches for k in (*b.expected, *b.final)})
-        params = (_array(_INT8, (_INT8_BYTES.pack(i) for i in lock_ids)), *_group_arrays(batches))
-        rows = await self._execute("commit", self._sql_write_group, params, idempotent=False)
+        params: tuple[_Array, ...] = (
+            _array(_INT8, (_INT8_BYTES.pack(i) for i in lock_ids)),
+            *_group_arrays(batches),
+        )
+        query = self._sql_write_group
+        if notify is not None:
+            query, params = self._sql_write_group_notify, (*params, notify)
+        rows = await self._execute("commit", query, params, idempotent=False)
         held: list[bool] = rows[0][0]
         if len(held) != len(batches):
             raise StorageError(f"PostgreSQL write function answered {held!r} for {len(batches)}")
@@ -605,12 +633,12 @@ class PostgresStorage:
             *_group_arrays(batches),
         )
 
-    async def _send_one(self, batch: _Batch) -> bool:
+    async def _send_one(self, batch: _Batch, notify: _Array | None = None) -> bool:
         """A lone batch, through the simpler function: no per-batch loop on the server."""
-        expected, final = batch
+        expected, final, _ = batch
         lock_ids = sorted({self._lock_id(key) for key in (*expected, *final)})
         puts = [(key, value) for key, value in final.items() if value is not None]
-        params = (
+        params: tuple[_Array, ...] = (
             _array(_INT8, (_INT8_BYTES.pack(i) for i in lock_ids)),
             _array(_TEXT, (key.encode() for key in expected)),
             _array(_BYTEA, expected.values()),
@@ -618,7 +646,10 @@ class PostgresStorage:
             _array(_TEXT, (key.encode() for key, _ in puts)),
             _array(_BYTEA, (value for _, value in puts)),
         )
-        rows = await self._execute("commit", self._sql_write, params, idempotent=False)
+        query = self._sql_write
+        if notify is not None:
+            query, params = self._sql_write_notify, (*params, notify)
+        rows = await self._execute("commit", query, params, idempotent=False)
         return bool(rows[0][0])
 
     # --- connections, retries, errors -----------------------------------------------
@@ -868,6 +899,7 @@ class _Batch(NamedTuple):
 
     expected: dict[str, bytes | None]
     final: dict[str, bytes | None]
+    notify: str | None = None  # not a write: a channel to notify with the group
 
 
 class _Array(bytes):
