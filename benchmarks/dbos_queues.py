@@ -12,7 +12,9 @@ workflow on queue ``bench`` and waits for its result, STEPS times in sequence;
 WORKERS other processes listen to ``bench`` and run the children. Dispatch latency
 is a child's ``started_at_epoch_ms`` minus its ``created_at`` in DBOS's own
 ``workflow_status`` table (the same machine clock). ``--poll`` is the queue's
-``polling_interval_sec`` (DBOS's default is 1 s; workers find new work by polling).
+``polling_interval_sec`` and the parents' result polling interval (DBOS's default is
+1 s for both: workers find new work, and a waiting workflow its child's result, by
+polling the database).
 CPU per activity is read from ``/proc`` for the engine, the workers and the
 PostgreSQL backends of this benchmark's connections, over the timed part only.
 """
@@ -41,12 +43,12 @@ async def noop(x: int) -> int:
 
 
 @DBOS.workflow()
-async def steps(n: int) -> int:
+async def steps(n: int, poll: float) -> int:
     queue = await DBOS.retrieve_queue_async("bench")
     assert queue is not None
     for i in range(n):
         handle = await queue.enqueue_async(noop, i)
-        await handle.get_result()
+        await handle.get_result(polling_interval_sec=poll)  # DBOS polls for the result
     return n
 
 
@@ -70,6 +72,13 @@ async def serve(db: str, app: str, poll: float, executor: str) -> None:
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     await stop.wait()
     DBOS.destroy(workflow_completion_timeout_sec=0)
+
+
+def spawn(db: str, app: str, poll: float, workers: int) -> list[subprocess.Popen[bytes]]:
+    return [
+        subprocess.Popen([sys.executable, __file__, "_worker", db, app, str(poll), f"w{i}"])
+        for i in range(workers)
+    ]
 
 
 def proc_cpu(pid: int) -> float:
@@ -106,17 +115,15 @@ async def measure(mode: str, runs: int, n: int, workers: int, poll: float) -> No
         DBOS.listen_queues([])  # the engine only orchestrates, as serve_queues=[] does
         DBOS.launch()
         await DBOS.register_queue_async("bench", polling_interval_sec=poll)
-        for i in range(workers):
-            cmd = [sys.executable, __file__, "_worker", db, app, str(poll), f"w{i}"]
-            procs.append(subprocess.Popen(cmd))
+        procs += await asyncio.to_thread(spawn, db, app, poll, workers)
         await asyncio.sleep(4.0)  # imports and launch
-        await (await DBOS.start_workflow_async(steps, 3)).get_result()  # warm
+        await (await DBOS.start_workflow_async(steps, 3, poll)).get_result()  # warm
         pids = {"engine": [os.getpid()], "workers": [p.pid for p in procs]}
         before = {p: proc_cpu(p) for p in [*pids["engine"], *pids["workers"], *backends(app)]}
         t0 = time.perf_counter()
         t0_ms = time.time() * 1000
-        handles = [await DBOS.start_workflow_async(steps, n) for _ in range(runs)]
-        await asyncio.gather(*(h.get_result() for h in handles))
+        handles = [await DBOS.start_workflow_async(steps, n, poll) for _ in range(runs)]
+        await asyncio.gather(*(h.get_result(polling_interval_sec=poll) for h in handles))
         elapsed = time.perf_counter() - t0
         pids["postgres"] = backends(app)
         used = {
