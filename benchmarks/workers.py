@@ -67,8 +67,6 @@ def count_trips() -> None:
     from pyweft.storage.postgres import PostgresStorage
 
     query, take = PostgresStorage._query, getattr(PostgresStorage, "take", None)
-    if take is None:  # an older tree, for comparison: no take
-        return
 
     async def counted_query(self: PostgresStorage, *args: object) -> list[object]:
         TRIPS["statements"] += 1
@@ -79,7 +77,8 @@ def count_trips() -> None:
         return await take(self, *args, **kw)  # type: ignore[arg-type]
 
     PostgresStorage._query = counted_query  # type: ignore[method-assign]
-    PostgresStorage.take = counted_take  # type: ignore[method-assign]
+    if take is not None:  # an older tree, for comparison, has no take
+        PostgresStorage.take = counted_take  # type: ignore[method-assign]
 
 
 def trips_line(counts: list[dict[str, int]], total: int) -> str:

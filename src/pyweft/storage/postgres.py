@@ -223,6 +223,13 @@ _SQL_TAKE = (
     "SELECT key, value FROM {kv} WHERE key >= %s AND key < %s ORDER BY key LIMIT %s "
     "FOR UPDATE SKIP LOCKED"
 )
+# The same, with the peeked keys read (not locked) in the same statement, tagged true.
+_SQL_TAKE_PEEK = (
+    "WITH taken AS (SELECT key, value FROM {kv} WHERE key >= %s AND key < %s ORDER BY key "
+    "LIMIT %s FOR UPDATE SKIP LOCKED) "
+    "SELECT false, key, value FROM taken "
+    "UNION ALL SELECT true, key, value FROM {kv} WHERE key = ANY(%s::text[])"
+)
 _SQL_NOTIFY = b"SELECT pg_notify(%s, '')"
 # A notification made while writes queue rides with the next group, in its transaction
 # (delivered at its commit, so after every write its caller made before): no trip of its own.
@@ -313,6 +320,7 @@ class PostgresStorage:
         }
         self._sql_get = _render(_SQL_GET, names)
         self._sql_take = _render(_SQL_TAKE, names)
+        self._sql_take_peek = _render(_SQL_TAKE_PEEK, names)
         self._sql_try_write_group = _render(_SQL_TRY_WRITE_GROUP, names)
         self._sql_get_many = _render(_SQL_GET_MANY, names)
         self._sql_write = _render(_SQL_WRITE, names)
@@ -565,16 +573,24 @@ class PostgresStorage:
         try:
             async with conn.pipeline() as pipe:
                 await conn.execute(b"BEGIN")
-                peeking = None
                 wanted = [key for key in peek if "\0" not in _check_key(key)]
+                found: dict[str, bytes] = {}
+                pairs: list[tuple[str, bytes]] = []
                 if wanted:
                     keys = _array(_TEXT, (key.encode() for key in set(wanted)))
-                    peeking = await conn.execute(self._sql_get_many, (keys,))
-                cur = await conn.execute(self._sql_take, (lower, upper, limit))
-                await pipe.sync()
-                found = {} if peeking is None else dict(await peeking.fetchall())
-                peeked = [None if (v := found.get(k)) is None else bytes(v) for k in peek]
-                pairs = [(key, bytes(value)) for key, value in await cur.fetchall()]
+                    cur = await conn.execute(self._sql_take_peek, (lower, upper, limit, keys))
+                    await pipe.sync()
+                    for peeked_row, key, value in await cur.fetchall():
+                        if peeked_row:
+                            found[key] = bytes(value)
+                        else:
+                            pairs.append((key, bytes(value)))
+                    pairs.sort()  # UNION ALL promises no order
+                else:
+                    cur = await conn.execute(self._sql_take, (lower, upper, limit))
+                    await pipe.sync()
+                    pairs = [(key, bytes(value)) for key, value in await cur.fetchall()]
+                peeked = [found.get(k) for k in peek]
                 batches = [self._checked(c, o) for c, o in plan(pairs, peeked)]
                 writing = [b for b in batches if b is not None]
                 wrote = None
