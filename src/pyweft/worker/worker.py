@@ -283,24 +283,39 @@ class Worker:
     # --- claiming ---------------------------------------------------------------------
 
     async def _claim_loop(self) -> None:
-        backlog = False  # the last claim filled every free slot: more may be waiting
+        # Tasks may be waiting: at the start, after a ring (a task was written), a poll
+        # interval without one, or a claim that filled every free slot. Only then does a
+        # slot freed by an ending attempt start a claim: with the queue found empty, an
+        # ending attempt would only pay for a claim that finds nothing.
+        waiting = True
+        backlog = False  # the last claim filled every free slot
         while not self._stopping:
-            got = 0
-            if not self.draining:
+            free = self.concurrency - self.in_flight
+            if waiting and free > 0 and not self.draining:
                 if backlog:
                     await self._gather_slots()
-                free = self.concurrency - self.in_flight
+                    free = self.concurrency - self.in_flight
                 try:
                     got = await self.claim_now()
                 except Exception:
                     log.exception("worker %s: claiming failed; trying again", self.id)
-                backlog = got > 0 and got >= free
-            if got and self.in_flight < self.concurrency:
-                continue  # there may be more ready
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._poll_s):
-                    await self._kick.wait()
-            self._kick.clear()
+                else:
+                    waiting = backlog = got >= free
+                    if waiting and self.in_flight < self.concurrency:
+                        continue  # there may be more ready
+            self._freed.clear()
+            wake = [self._kick.wait(), self._freed.wait()] if waiting else [self._kick.wait()]
+            ready = [asyncio.ensure_future(w) for w in wake]
+            try:
+                done, _ = await asyncio.wait(
+                    ready, timeout=self._poll_s, return_when="FIRST_COMPLETED"
+                )
+            finally:
+                for fut in ready:
+                    fut.cancel()
+            if not done or ready[0] in done:  # a ring, a stop, a drain change, or a poll
+                self._kick.clear()
+                waiting = True
 
     async def _gather_slots(self) -> None:
         """With tasks waiting and few slots free, let a few more attempts end first (for
