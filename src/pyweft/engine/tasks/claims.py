@@ -66,6 +66,8 @@ async def claim(
     ``(rank, count)`` among the live workers of the queue: each first tries every
     ``count``-th task from its rank, so workers racing for the same few tasks
     mostly do not collide (a collision costs a failed write, not a wrong claim).
+    On a store that has ``take`` (PostgreSQL) the claim goes through it instead and
+    never collides; ``share`` is not needed there.
     """
     if limit <= 0:
         return []
