@@ -288,8 +288,10 @@ class Dispatcher:
         if room <= 0:
             return 0
         ahead = self._ahead.pop((name, part), None)
-        if ahead:
-            # Read ahead by the last pass (see _read_ahead): no reads needed now.
+        if ahead and len(ahead) >= room:
+            # Read ahead by the last pass (see _read_ahead): no reads needed now. With
+            # fewer than there is room for, the head is read instead: runs enqueued since
+            # may fill the rest, and no enqueue may come to ask for another pass.
             picked, rest = ahead[:room], ahead[room:]
             if rest:
                 self._ahead[(name, part)] = rest
