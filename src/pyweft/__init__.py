@@ -22,6 +22,7 @@ from pyweft.engine.messages.updates import UpdateRequestHandle
 from pyweft.engine.ownership import StoreOwnership
 from pyweft.engine.ownership.lease import LeaseHealth
 from pyweft.engine.queues import Queue, QueueInfo
+from pyweft.engine.replay.drift import CodeDrift, DriftCall
 from pyweft.engine.replay.events import WorkflowEvent
 from pyweft.engine.replay.info import Page, RunInfo, ScheduleOrigin, StepInfo, WorkflowInfo
 from pyweft.engine.replay.records import ErrorInfo
@@ -144,6 +145,8 @@ __all__ = [
     "PendingActivity",
     "StepInfo",
     "WorkflowInfo",
+    "CodeDrift",
+    "DriftCall",
     "BulkPreview",
     "BulkResult",
     "RunInfo",
