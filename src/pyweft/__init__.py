@@ -17,6 +17,7 @@ from pyweft.engine.composition.saga import Saga
 from pyweft.engine.context import WorkflowContext
 from pyweft.engine.engine import Engine
 from pyweft.engine.handle import WorkflowHandle
+from pyweft.engine.messages.handler_catalog import HandlerInfo, MessageHandlers
 from pyweft.engine.messages.reviews import Escalation, ReviewDecision, ReviewInfo
 from pyweft.engine.messages.updates import UpdateRequestHandle
 from pyweft.engine.ownership import StoreOwnership
@@ -147,6 +148,8 @@ __all__ = [
     "WorkflowInfo",
     "CodeDrift",
     "DriftCall",
+    "MessageHandlers",
+    "HandlerInfo",
     "BulkPreview",
     "BulkResult",
     "RunInfo",

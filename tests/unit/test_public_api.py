@@ -25,7 +25,7 @@ EXPECTED = {
     "MissedWindow",
     "Worker", "WorkerInfo",
     "Queue", "QueueInfo",
-    "CodeDrift", "DriftCall",
+    "CodeDrift", "DriftCall", "MessageHandlers", "HandlerInfo",
 }  # fmt: skip
 
 

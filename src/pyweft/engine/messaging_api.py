@@ -14,6 +14,7 @@ from pyweft.engine.control import creation, update_start
 from pyweft.engine.control import debounce as debounce_mod
 from pyweft.engine.handle import WorkflowHandle
 from pyweft.engine.messages import published, run_queries, streams, terminal_events
+from pyweft.engine.messages.handler_catalog import HANDLERS_QUERY, MessageHandlers, from_answer
 from pyweft.engine.messages.reviews import ReviewDesk, ReviewInfo
 from pyweft.engine.messages.signals import SignalSender
 from pyweft.engine.messages.updates import OMITTED, UpdateClient
@@ -135,6 +136,19 @@ class MessagingAPI:
         return await run_queries.query(
             self._core, workflow_id, name, args, seconds, make_context=replay_context
         )
+
+    async def handlers(self, workflow_id: str, *, timeout: Duration = 5.0) -> MessageHandlers:
+        """The signals, updates and queries a live run takes now, with the JSON Schemas of
+        their payloads and arguments (from the handlers' type hints), plus the names its
+        open ``wait_for_signal``/``wait_for_update`` steps wait on (untyped).
+
+        Handlers are registered by the workflow's code as it runs, so the engine that
+        drives the run answers, as for :meth:`query` (``QueryUnavailableError`` if none
+        does in ``timeout``, ``WorkflowTerminalError`` once the run has finished).
+        """
+        seconds = parse_duration(timeout, field="timeout")
+        answer = await run_queries.query(self._core, workflow_id, HANDLERS_QUERY, (), seconds)
+        return from_answer(workflow_id, answer)
 
     async def update(
         self,
