@@ -105,7 +105,12 @@ async def test_an_operator_lists_resumes_and_fails_blocked_runs_from_the_cli(
     code, out, err = await pyweft(db, "workflows", "show", "b1", "--json")
     drift = json.loads(out)["drift"]
     assert drift["step"] == 1 and drift["recorded"]["name"] == "charge"
-    assert drift["requested"] == {"kind": "activity", "name": "refund", "args": "()", "detail": None}
+    assert drift["requested"] == {
+        "kind": "activity",
+        "name": "refund",
+        "args": "()",
+        "detail": None,
+    }
 
     code, out, err = await pyweft(db, "versions", "check", "--app", "drift_app")
     assert code == 0, out + err  # the versions match: the drift is in the code

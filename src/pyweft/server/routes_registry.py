@@ -37,8 +37,8 @@ ENDPOINTS = (
         scopes=("workflows:read", "queries:read", "signals:write", "updates:write"),
         summary="The signals, updates and queries a live run takes, with JSON Schemas",
         responses={
-            200: "What the run takes now",
-            409: "The run has finished, or no engine drives it now (QueryUnavailableError)",
+            200: "What the run takes now (nothing unless it is running)",
+            409: "No engine answered for the running run in time (QueryUnavailableError)",
         },
         tag="messages",
     ),

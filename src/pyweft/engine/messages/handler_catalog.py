@@ -44,9 +44,13 @@ class HandlerInfo:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class MessageHandlers:
-    """``engine.handlers(id)``: what a live run takes, by kind, sorted by name."""
+    """``engine.handlers(id)``: what a run takes now, by kind, sorted by name. Only a
+    ``running`` run has handlers to tell; for any other ``status`` the lists are empty
+    (a pending, suspended or blocked run still buffers signals and updates sent to it,
+    by any name)."""
 
     workflow_id: str
+    status: str
     signals: list[HandlerInfo]
     updates: list[HandlerInfo]
     queries: list[HandlerInfo]
@@ -66,6 +70,7 @@ class MessageHandlers:
 
         return cls(
             workflow_id=workflow_id,
+            status=str(data.get("status") or "running"),
             signals=[one(h) for h in data.get("signals") or ()],
             updates=[one(h) for h in data.get("updates") or ()],
             queries=[one(h) for h in data.get("queries") or ()],
@@ -112,6 +117,7 @@ def catalog(run: Run) -> MessageHandlers:
     queries = [_described(name, fn, payload_only=False) for name, fn in run.query_handlers.items()]
     return MessageHandlers(
         workflow_id=run.id,
+        status="running",
         signals=sorted(signals.values(), key=lambda h: h.name),
         updates=sorted(updates.values(), key=lambda h: h.name),
         queries=sorted(queries, key=lambda h: h.name),
@@ -123,3 +129,10 @@ def from_answer(workflow_id: str, value: object) -> MessageHandlers:
     if isinstance(value, MessageHandlers):
         return value
     return MessageHandlers.from_dict(workflow_id, value if isinstance(value, Mapping) else {})
+
+
+def idle(workflow_id: str, status: str) -> MessageHandlers:
+    """What a run that is not running takes: nothing it has declared."""
+    return MessageHandlers(
+        workflow_id=workflow_id, status=status, signals=[], updates=[], queries=[]
+    )
