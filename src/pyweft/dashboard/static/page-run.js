@@ -16,7 +16,7 @@ import {
   table,
 } from "./dom.js";
 import { driftDiff } from "./drift.js";
-import { messageForm } from "./run-messages.js";
+import { messageForms } from "./run-messages.js";
 import { timeline } from "./timeline.js";
 
 const TERMINAL = ["completed", "failed", "cancelled", "timed_out"];
@@ -83,7 +83,7 @@ export function setForkSteps(select, steps) {
   if (select.value !== chosen) select.value = "";
 }
 
-function controls(id, run, steps, handlers, refresh) {
+function controls(id, run, steps, messages, refresh) {
   const finished = TERMINAL.includes(run.status);
   const write = ["workflows:write"];
   const fromStep = h("select", { name: "from_step", id: "fork-step" });
@@ -109,9 +109,7 @@ function controls(id, run, steps, handlers, refresh) {
         location.hash = "#/runs/" + enc(made.id);
       }, { confirm: `Start a new run from ${id}'s journal?`, id: "fork-run" }),
     ),
-    finished ? null : messageForm(id, "signal", ["signals:write"], false, handlers.signals),
-    finished ? null : messageForm(id, "update", ["updates:write"], true, handlers.updates),
-    finished ? null : messageForm(id, "query", ["queries:read"], true, handlers.queries),
+    messages.element,
   );
 }
 
@@ -174,7 +172,15 @@ export async function runPage({ main, onLeave }, id) {
     actions: h("div", {}),
   };
   let lastStatus = null;
-  let lastCatalog = null;
+  const messages = messageForms(id);
+  // What the live run takes, for the message forms. None known (not running, a key
+  // that may not ask, an engine slow to answer): the forms take any name and raw JSON.
+  async function refreshHandlers(status) {
+    const live = !TERMINAL.includes(status);
+    const ask = status === "running" && session.can("workflows:read", "queries:read", "signals:write", "updates:write");
+    const handlers = ask ? await get(`/workflows/${enc(id)}/handlers`).catch(() => NO_HANDLERS) : NO_HANDLERS;
+    messages.update(handlers, live);
+  }
   let shownTokens = null;
   let allEvents = false;
   let stepCount = -1;
@@ -186,12 +192,6 @@ export async function runPage({ main, onLeave }, id) {
       session.can("reviews:read") ? get("/reviews" + qs({ workflow_id: id })) : Promise.resolve({ items: [] }),
       get("/activities/pending" + qs({ workflow_id: id })).catch(() => ({ items: [] })),
     ]);
-    // What the live run takes, for the message forms; none known (finished, blocked,
-    // another engine slow to answer): the forms take any name and raw JSON.
-    const handlers = run.status !== "running" || !session.can("workflows:read", "queries:read", "signals:write", "updates:write")
-      ? NO_HANDLERS
-      : await get(`/workflows/${enc(id)}/handlers`).catch(() => NO_HANDLERS);
-    const catalog = JSON.stringify(handlers);
     clear(slots.title, h("h1", {}, "Run ", h("span", { class: "mono" }, id)), h("p", {}, badge(run.status), " ", h("a", { href: "#/runs" + qs({ type: run.workflow_type }) }, "other " + run.workflow_type + " runs")));
     clear(slots.summary, section("Summary", summary(run)));
     clear(slots.drift, run.drift ? section("Code drift", driftDiff(run.drift, history.steps)) : null);
@@ -209,14 +209,14 @@ export async function runPage({ main, onLeave }, id) {
     clear(slots.lineage, section("Lineage", lineage(run, children.items)));
     // The forms keep what the user typed: they are redrawn only when the run's status
     // changes what is allowed; new steps only refresh the fork choices.
-    if (run.status !== lastStatus || catalog !== lastCatalog) {
-      clear(slots.actions, section("Actions", controls(id, run, history.steps, handlers, () => schedule())));
+    if (run.status !== lastStatus) {
+      clear(slots.actions, section("Actions", controls(id, run, history.steps, messages, () => schedule())));
     } else if (history.steps.length !== stepCount) {
       const select = slots.actions.querySelector("#fork-step");
       if (select) setForkSteps(select, history.steps);
     }
     lastStatus = run.status;
-    lastCatalog = catalog;
+    await refreshHandlers(run.status);
     stepCount = history.steps.length;
     return run;
   }
@@ -231,6 +231,8 @@ export async function runPage({ main, onLeave }, id) {
   // Heartbeats are not events: while a step is open, reread so its progress stays current.
   const beat = setInterval(() => {
     if (slots.timeline.querySelector('details[data-kind="activity"][data-status="open"]')) schedule();
+    // A handler registered or a wait begun is no event: look again while it runs.
+    else if (lastStatus === "running") refreshHandlers(lastStatus).catch(() => {});
   }, HEARTBEAT_REFRESH_MS);
   onLeave(() => {
     stop();

@@ -98,7 +98,7 @@ function valueEditor(kind, handler) {
   };
 }
 
-export function messageForm(id, kind, scopes, reply, known) {
+function messageForm(id, kind, scopes, reply, known) {
   const out = h("pre", { class: "mono reply", "aria-live": "polite" });
   const slot = h("div", { class: "value" });
   let editor = null;
@@ -127,4 +127,38 @@ export function messageForm(id, kind, scopes, reply, known) {
   );
   form.addEventListener("submit", (e) => e.preventDefault());
   return form;
+}
+
+const KINDS = [
+  ["signal", ["signals:write"], false],
+  ["update", ["updates:write"], true],
+  ["query", ["queries:read"], true],
+];
+
+// The three forms, redrawn when what the run takes changes, except one the user has
+// started filling in: it keeps what was typed.
+export function messageForms(id) {
+  const element = h("div", { id: "message-forms" });
+  const shown = new Map();
+  function update(handlers, live) {
+    if (!live) {
+      clear(element);
+      shown.clear();
+      return;
+    }
+    for (const [kind, scopes, reply] of KINDS) {
+      const known = handlers[kind + "s"] || [];
+      const key = JSON.stringify(known);
+      const current = shown.get(kind);
+      if (current && (current.key === key || current.form.dataset.dirty)) continue;
+      const form = messageForm(id, kind, scopes, reply, known);
+      const touched = () => (form.dataset.dirty = "1");
+      form.addEventListener("input", touched);
+      form.addEventListener("change", touched);
+      if (current) current.form.replaceWith(form);
+      else element.append(form);
+      shown.set(kind, { form, key });
+    }
+  }
+  return { element, update };
 }
