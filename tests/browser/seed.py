@@ -9,13 +9,14 @@ import sys
 from pyweft import Engine, WorkflowContext, workflow
 from support.poll import eventually
 
-from .shop import IMPORTS, Order, checkout, count_stock, many_steps, nightly
+from .shop import IMPORTS, Order, checkout, count_stock, many_steps, nightly, tell_team
 
 
 @workflow(name="audit")
 async def audit_as_first_deployed(ctx: WorkflowContext, sku: str) -> int:
-    """The older code of ``shop.audit``: it counted before anything else."""
+    """The older code of ``shop.audit``: after counting it told the team."""
     count = await ctx.run(count_stock, sku)
+    await ctx.run(tell_team, sku)
     await ctx.wait_for_signal("done")
     return count
 
@@ -34,9 +35,9 @@ async def seed(url: str, *, steps: int = 40) -> None:
         drifted = await engine.start("audit", "sku-9", id="drifted-run")
 
         async def recorded() -> bool:
-            return bool((await engine.history(drifted.id)).steps)
+            return len((await engine.history(drifted.id)).steps) >= 2
 
-        await eventually(recorded, what="the older audit's first step")
+        await eventually(recorded, what="the older audit's two steps")
 
 
 if __name__ == "__main__":

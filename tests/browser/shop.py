@@ -123,10 +123,16 @@ async def weigh_stock(sku: str, boxes: int) -> int:
     return boxes * 3
 
 
+@activity
+async def tell_team(sku: str) -> None:
+    return None
+
+
 @workflow
 async def audit(ctx: WorkflowContext, sku: str) -> int:
-    """The deployed code weighs first; runs recorded by the older code (which counted
-    first, see seed.py) no longer replay and are blocked with a drift to show."""
+    """The deployed code weighs after counting; runs recorded by the older code (which
+    told the team instead, see seed.py) no longer replay: blocked, with a drift to show."""
+    await ctx.run(count_stock, sku)
     weight = await ctx.run(weigh_stock, sku, 3)
     await ctx.wait_for_signal("done")
     return weight

@@ -19,13 +19,14 @@ def test_a_blocked_runs_drift_is_shown_side_by_side(page: Page) -> None:
     page.sign_in(page.served.admin_key)
     page.open("runs/drifted-run")
     page.wait_text("blocked", "#run-summary", timeout=15)
-    assert page.text("#drift-row").startswith("#1")
+    assert page.text("#drift-row").startswith("#2")
     was, now = page.text("#drift-row td.was"), page.text("#drift-row td.now")
-    assert "activity count_stock" in was and "completed" in was
+    assert "activity tell_team" in was and "completed" in was
     assert "activity weigh_stock" in now and "(str, int)" in now
-    assert "at step 1" in page.text("#drift-diff")
+    diff = page.text("#drift-diff")
+    assert "at step 2" in diff
+    assert "#1 activity count_stock — completed the same (replayed from the journal)" in diff
     assert page.css("#resume-run").is_enabled()  # the way out is one click away
-    page.d.execute_script("document.getElementById('drift-diff').scrollIntoView()")
     page.shot("run-blocked-diff")
     assert page.console_errors() == []
 
@@ -105,5 +106,5 @@ def test_the_metrics_charts_fill_with_data_points_as_runs_start(page: Page) -> N
     page.shot("system-metrics")
     page.open("overview")
     page.until(lambda: len(page.all("#chart-runs circle")) >= 2, "the overview's chart", timeout=20)
-    page.shot("overview")
+    page.shot("overview-charts")
     assert page.console_errors() == []

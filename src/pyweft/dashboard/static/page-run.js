@@ -221,7 +221,7 @@ export async function runPage({ main, onLeave }, id) {
     return run;
   }
   const run = await load();
-  clear(main, slots.title, h("div", { class: "cols" }, h("div", {}, slots.summary, slots.drift, slots.reviews, slots.waiting, slots.actions, slots.lineage), h("div", {}, slots.timeline, slots.events)));
+  clear(main, slots.title, slots.drift, h("div", { class: "cols" }, h("div", {}, slots.summary, slots.reviews, slots.waiting, slots.actions, slots.lineage), h("div", {}, slots.timeline, slots.events)));
   let timer = null;
   function schedule() {
     if (!timer) timer = setTimeout(() => { timer = null; load().catch((e) => notify(e.message, "error")); }, 100);
