@@ -82,7 +82,7 @@ export function schemaInput(rawSchema, defs, opts) {
     const input = h("input", { type: "checkbox", name });
     const write = (v) => (input.checked = v === true);
     write(initial);
-    return { element: labelled(label, input, hintOf(schema, false)), read: () => input.checked, write };
+    return { element: labelled(label, input, hintOf(schema, required)), read: () => input.checked, write };
   }
   if (type === "object" && schema.properties && depth < MAX_DEPTH) {
     const needed = new Set(schema.required || []);
