@@ -243,3 +243,37 @@ def test_a_stored_drift_survives_encoding() -> None:
     )
     decoded = msgspec.msgpack.decode(records.encode(error), type=records.ErrorInfo)
     assert decoded.code_drift == drift
+
+
+async def test_a_recorded_signal_application_without_its_handler_now_is_a_handler_drift(
+    backend: Backend,
+) -> None:
+    def tally(with_handler: bool) -> object:
+        @workflow(name="tally")
+        async def flow(ctx: WorkflowContext) -> int:
+            seen: list[int] = []
+            if with_handler:
+                ctx.on_signal("bump", seen.append)
+            await ctx.run(notify, "start")
+            await ctx.wait_until(lambda: bool(seen), timeout=60)
+            await ctx.sleep(60)
+            return len(seen)
+
+        return flow
+
+    async with backend.engine(workflows=[tally(True)]) as engine:
+        await engine.start("tally", id="t")
+        await engine.signal("t", "bump", 1)
+
+        async def asleep() -> bool:
+            history = await engine.history("t")
+            return any(e.kind == "step_open" and e.step == 3 for e in history.events)
+
+        await eventually(asleep, what="the signal applied and the sleep open")
+    async with backend.engine(workflows=[tally(False)]) as engine:
+        await eventually(lambda: _blocked(engine, "t"), what="blocked")
+        drift = (await engine.describe("t")).drift
+    assert drift is not None and drift.reason == "handler_mismatch"
+    assert drift.recorded == DriftCall(kind="signal", name="bump", detail="applied by a handler")
+    assert drift.requested.kind is None
+    assert drift.requested.detail == "no handler registered for it at that point"
