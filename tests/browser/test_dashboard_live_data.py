@@ -40,6 +40,11 @@ def test_a_signal_sent_through_its_generated_form_reaches_the_run(page: Page) ->
     page.open("runs/restock-1")
     choice = page.css("#signal-form select[name=name-choice]", timeout=15)
     assert choice.get_attribute("value") == "restock"
+    # Its query takes no arguments: the generated form says so and asks it.
+    assert page.css("#query-form select[name=name-choice]").get_attribute("value") == "received"
+    assert "takes no arguments" in page.text("#query-form")
+    page.click("#query-form button")
+    page.wait_text("0", "#query-form pre.reply")
     form = page.css("#signal-form")
 
     def field(name: str) -> object:

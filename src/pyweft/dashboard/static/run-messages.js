@@ -43,8 +43,9 @@ function valueEditor(kind, handler) {
   const rawLabel = query ? "Arguments (JSON array)" : "Payload (JSON)";
   const raw = jsonInput("payload", "");
   const rawField = labelled(rawLabel, raw);
-  if (handler && !query && params.length === 0) {
-    return { element: h("p", { class: "muted" }, `${handler.name} takes no payload.`), read: () => undefined };
+  if (handler && params.length === 0) {
+    const none = query ? "no arguments" : "no payload";
+    return { element: h("p", { class: "muted" }, `${handler.name} takes ${none}.`), read: () => (query ? [] : undefined) };
   }
   if (!typed) {
     const hint = handler ? (handler.waiting ? "Waited for with no declared type: any JSON." : "No schema known: any JSON.") : null;
@@ -130,9 +131,9 @@ function messageForm(id, kind, scopes, reply, known) {
 }
 
 const KINDS = [
-  ["signal", ["signals:write"], false],
-  ["update", ["updates:write"], true],
-  ["query", ["queries:read"], true],
+  ["signal", "signals", ["signals:write"], false],
+  ["update", "updates", ["updates:write"], true],
+  ["query", "queries", ["queries:read"], true],
 ];
 
 // The three forms, redrawn when what the run takes changes, except one the user has
@@ -146,8 +147,8 @@ export function messageForms(id) {
       shown.clear();
       return;
     }
-    for (const [kind, scopes, reply] of KINDS) {
-      const known = handlers[kind + "s"] || [];
+    for (const [kind, field, scopes, reply] of KINDS) {
+      const known = handlers[field] || [];
       const key = JSON.stringify(known);
       const current = shown.get(kind);
       if (current && (current.key === key || current.form.dataset.dirty)) continue;
