@@ -108,6 +108,10 @@ async def restocking(ctx: WorkflowContext, sku: str) -> dict[str, Any]:
         """Add stock for a SKU."""
         received.append(order)
 
+    @ctx.on_update("note")
+    def note(text: str, urgent: bool = False) -> str:
+        return f"noted {text}" + (" (urgent)" if urgent else "")
+
     ctx.on_query("received", lambda: len(received))
     await ctx.wait_until(lambda: bool(received))
     return dataclasses.asdict(received[0])

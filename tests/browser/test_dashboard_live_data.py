@@ -45,6 +45,11 @@ def test_a_signal_sent_through_its_generated_form_reaches_the_run(page: Page) ->
     assert "takes no arguments" in page.text("#query-form")
     page.click("#query-form button")
     page.wait_text("0", "#query-form pre.reply")
+    # The update's one argument gets a text field; its answer is shown.
+    update = page.css("#update-form")
+    update.find_element("css selector", 'input[name="text"]').send_keys("call first")
+    update.find_element("css selector", "#update-form > button").click()
+    page.wait_text('"noted call first"', "#update-form pre.reply")
     form = page.css("#signal-form")
 
     def field(name: str) -> object:
