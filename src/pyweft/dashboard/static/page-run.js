@@ -179,7 +179,7 @@ export async function runPage({ main, onLeave }, id) {
     const live = !TERMINAL.includes(status);
     const ask = status === "running" && session.can("workflows:read", "queries:read", "signals:write", "updates:write");
     const handlers = ask ? await get(`/workflows/${enc(id)}/handlers`).catch(() => NO_HANDLERS) : NO_HANDLERS;
-    messages.update(handlers, live);
+    if (status === lastStatus) messages.update(handlers, live); // not an answer overtaken by a later status
   }
   let shownTokens = null;
   let allEvents = false;
@@ -216,7 +216,9 @@ export async function runPage({ main, onLeave }, id) {
       if (select) setForkSteps(select, history.steps);
     }
     lastStatus = run.status;
-    await refreshHandlers(run.status);
+    // Not awaited: a run driven by another process answers within its poll interval,
+    // and the page should not wait for that to show the rest.
+    refreshHandlers(run.status).catch(() => {});
     stepCount = history.steps.length;
     return run;
   }
