@@ -461,3 +461,58 @@ async def test_the_client_retries_a_drain_whose_answer_was_dropped(
         assert proxy.dropped == 2 and info is not None and not info.drain_requested
         await worker.heartbeat()
         assert not worker.draining
+
+
+# --- a bulk commit dropped before its answer, with a storage fault on the way -----------
+
+
+async def test_a_bulk_commit_dropped_mid_request_is_finished_by_the_same_token() -> None:
+    from pyweft.engine.replay import keys
+    from pyweft.storage.base import Put
+    from pyweft.testing import FaultyStorage
+
+    store = FaultyStorage(MemoryStorage())
+    async with (
+        Engine(store, workflows=WORKFLOWS, clock=SystemClock()) as engine,
+        serve(engine) as served,
+        httpx.AsyncClient(base_url=served.base, timeout=10) as http,
+    ):
+        for i in range(3):
+            await engine.start("collects_two", id=f"bk-{i}")
+        body: dict[str, Any] = {
+            "filter": {"workflow_type": "collects_two"},
+            "signal": {"name": "item", "payload": "x"},
+        }
+        dry = (await http.post(API_PREFIX + "/bulk/signal", json=body)).json()
+        commit = {**body, "dry_run": False, "confirmation_token": dry["confirmation_token"]}
+        seq = keys.signal_seq("bk-1")
+
+        def signal_to_bk1(ops: Any) -> bool:
+            return any(isinstance(op, Put) and op.key == seq for op in ops)
+
+        # bk-1's signal lands but its reply is lost; the caller is gone before the answer.
+        store.fail_nth_write(match=signal_to_bk1, outcome_unknown=True)
+        await send_and_drop(served.port, _request("POST", API_PREFIX + "/bulk/signal", commit))
+        await eventually(lambda: store.counts.lost_replies == 1, what="the fault to fire")
+
+        async def audited() -> bool:
+            items = (await http.get(API_PREFIX + "/bulk/audit")).json()["items"]
+            return len(items) == 1
+
+        await eventually(audited, what="the dropped commit's audit record")
+        [partial] = (await http.get(API_PREFIX + "/bulk/audit")).json()["items"]
+        assert (partial["applied"], partial["failed"]) == (2, 1)
+        again = await http.post(API_PREFIX + "/bulk/signal", json=commit)
+        assert again.status_code == 200, again.text
+        assert (again.json()["applied"], again.json()["failed"]) == (3, {})
+        spent = await http.post(API_PREFIX + "/bulk/signal", json=commit)
+        assert spent.status_code == 409 and "already spent" in spent.json()["error"]["message"]
+        [audit] = (await http.get(API_PREFIX + "/bulk/audit")).json()["items"]
+        assert (audit["audit_id"], audit["applied"], audit["failed"]) == (
+            again.json()["audit_id"],
+            3,
+            0,
+        )
+        for i in range(3):
+            await engine.signal(f"bk-{i}", "item", "y")
+            assert await engine.get_handle(f"bk-{i}").result(timeout=10) == ["x", "y"]
