@@ -58,7 +58,7 @@ async def collector(ctx: WorkflowContext) -> list[Any]:
 @workflow(name="bf_sleeper")
 async def sleeper(ctx: WorkflowContext) -> str:
     try:
-        await ctx.sleep(3600)
+        await ctx.sleep(10 * 86400)
     except Exception:  # a cancel is not an Exception: it must get through
         return "swallowed"
     return "woke"
@@ -339,3 +339,75 @@ async def test_a_dry_run_whose_token_write_fails_raises_and_a_second_one_works(
         )
         assert (result.applied, result.failed) == (3, {})
         await _check_applied_once(engine, "signal")
+
+
+# --- random faults on every call, many runs -------------------------------------------------
+
+MANY = 12
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("operation", ["signal", "cancel", "retry_failed", "delete"])
+async def test_random_faults_on_every_call_still_apply_each_run_once(
+    backend: Backend, operation: str, seed: int
+) -> None:
+    async with faulty_engine(backend) as (engine, store):
+        ids = [f"rf-{i:02d}" for i in range(MANY)]
+        wf, filters = {
+            "signal": (collector, {"workflow_type": "bf_collector"}),
+            "cancel": (sleeper, {"workflow_type": "bf_sleeper", "status": "running"}),
+        }.get(operation, (failer, {"workflow_type": "bf_failer", "status": "failed"}))
+        for i in ids:
+            await (engine.start(wf, True, id=i) if wf is failer else engine.start(wf, id=i))
+        if wf is failer:
+            for i in ids:
+                with pytest.raises(WorkflowFailedError):
+                    await engine.get_handle(i).result(timeout=10)
+        else:
+            await eventually(lambda: all(engine.is_running_here(i) for i in ids), what="runs")
+        args: dict[str, Any] = dict(filters)
+        if operation == "signal":
+            args["signal"] = ("go", "x")
+        preview = await engine.bulk_preview(operation, **args)
+        assert preview.matched == MANY
+
+        store.configure(read_failure_rate=0.05, write_failure_rate=0.1, lost_reply_rate=0.1)
+        store.seed = seed
+        store._rng.seed(seed)
+        outcome: Any = None
+        for _ in range(60):  # as a user (or a script) would: again, with the same token
+            try:
+                outcome = await engine.bulk_commit(
+                    operation, confirmation_token=preview.confirmation_token, **args
+                )
+            except StorageError:
+                continue
+            except BulkOperationConfirmationError as exc:
+                if "in progress" in str(exc):  # a stopped commit that could not say so
+                    backend.clock.advance(CLAIM_LEASE_S + 1)
+                    continue
+                outcome = exc  # spent: an attempt finished (its reply may have been lost)
+                break
+            if not outcome.failed:
+                break
+        store.heal()
+        assert store.counts.errors > 0
+        assert not isinstance(outcome, StorageError), "60 attempts did not get through"
+        if not isinstance(outcome, BulkOperationConfirmationError):
+            assert (outcome.applied, outcome.failed) == (MANY, {}), outcome
+        (audit,) = await engine.bulk_audit()
+        assert (audit["matched"], audit["applied"], audit["failed"]) == (MANY, MANY, 0), audit
+        if operation == "signal":
+            for i in ids:
+                await engine.signal(i, "go", "stop")
+            results = [await engine.get_handle(i).result(timeout=20) for i in ids]
+            assert results == [["x"]] * MANY
+        elif operation == "cancel":
+            for i in ids:
+                with pytest.raises(WorkflowCancelledError):
+                    await engine.get_handle(i).result(timeout=20)
+        elif operation == "retry_failed":
+            forks = (await engine.list(workflow_type="bf_failer", limit=100)).items
+            assert sorted(f.forked_from for f in forks if f.forked_from) == ids
+        else:
+            assert (await engine.list(workflow_type="bf_failer")).items == []

@@ -9,8 +9,9 @@ A commit *claims* the token by a conditional write that also stores the runs it
 matched and the audit id; that write is the spend, so two commits racing with one
 token apply once (a commit refused for another operation or filter spends
 nothing). A commit cut off by a storage error, or one that reports failed runs,
-leaves the claim resumable: committing again with the same token acts again on the
-runs matched at the claim, and each per-run operation is idempotent for that claim
+leaves the claim resumable: committing again with the same token acts on the runs
+matched at the claim that are not known to be done (after failed runs, only those;
+after an exception, all of them), and each per-run operation is idempotent for that claim
 (a signal carries a signal id derived from the audit id, a retry forks into an id
 derived from it, cancel and purge repeat harmlessly), so no run is acted on twice
 and the counts stay exact. A claim whose commit died without saying so (a crash,
@@ -104,6 +105,12 @@ class _Token(msgspec.Struct):
     claimed_at: float = 0.0
     attempt: str = ""  # which commit holds the claim
     matched: list[tuple[str, str]] = []  # (id, status) as the claiming commit matched them
+    # Left by an attempt that finished with failed runs: only those are acted on again,
+    # and what the earlier attempts did is carried over (None: act on every claimed run).
+    pending: list[str] | None = None
+    applied: int = 0
+    skipped_sample: dict[str, str] = {}
+    created: list[str] = []
 
 
 class _Audit(msgspec.Struct):
@@ -320,7 +327,14 @@ async def commit(
         # The audit and the token's fate in one batch: finished, the token is gone;
         # with failed runs, the claim stays for a commit with the same token to finish.
         if result.failed:
-            stopped = msgspec.structs.replace(claim, state="interrupted")
+            stopped = msgspec.structs.replace(
+                claim,
+                state="interrupted",
+                pending=list(result.failed),
+                applied=result.applied,
+                skipped_sample=result.skipped_sample,
+                created=result.created,
+            )
             token_op: Op = Put(key=key, value=msgspec.msgpack.encode(stopped))
         else:
             token_op = Delete(key=key)
@@ -352,11 +366,15 @@ async def _carry_out(
             },
             audit_id=claim.audit_id,
         )
-    applied = 0
-    skipped: dict[str, str] = {}
+    todo = matched
+    if claim.pending is not None:
+        pending = set(claim.pending)
+        todo = [(i, status) for i, status in matched if i in pending]
+    applied = claim.applied
+    skipped = dict(claim.skipped_sample)
     failed: dict[str, str] = {}
-    created: list[str] = []
-    for workflow_id, status in matched:
+    created = list(claim.created)
+    for workflow_id, status in todo:
         try:
             why = await _apply(engine, operation, workflow_id, status, signal, created, claim)
         except (WorkflowTerminalError, WorkflowNotFoundError) as exc:
