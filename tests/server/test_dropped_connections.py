@@ -516,3 +516,65 @@ async def test_a_bulk_commit_dropped_mid_request_is_finished_by_the_same_token()
         for i in range(3):
             await engine.signal(f"bk-{i}", "item", "y")
             assert await engine.get_handle(f"bk-{i}").result(timeout=10) == ["x", "y"]
+
+
+# --- a real `pyweft serve` process ----------------------------------------------------------
+
+
+def _drop_sync(port: int, data: bytes, *, read_until: bytes | None = None) -> None:
+    import time
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(data)
+        if read_until is not None:
+            seen = b""
+            while read_until not in seen:
+                chunk = sock.recv(4096)
+                assert chunk, "the server closed the stream first"
+                seen += chunk
+        else:
+            time.sleep(0.05)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+
+def test_a_served_process_survives_dropped_clients_and_still_shuts_down_at_once(
+    tmp_path: Any,
+) -> None:
+    import signal as signals
+    import subprocess
+    import time
+
+    from server.test_serve_process import APP, free_port, spawn, wait_up
+
+    (tmp_path / "servedapp.py").write_text(APP.replace("{db}", str(tmp_path / "app.db")))
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    # A grace period far longer than the test: a feed or request the server kept for a
+    # dropped client would hold the shutdown up.
+    proc = spawn(tmp_path, "--port", str(port), "--graceful-timeout", "600")
+    try:
+        wait_up(url, proc)
+        start = {"type": "add_three", "args": [1], "idempotency_key": "once"}
+        for _ in range(3):
+            _drop_sync(port, _request("POST", API_PREFIX + "/workflows", start))
+            _drop_sync(port, _request("GET", API_PREFIX + "/events/sse"), read_until=b"connected")
+        again = httpx.post(url + API_PREFIX + "/workflows", json=start, timeout=10)
+        assert again.status_code in (200, 201), again.text
+        run_id = again.json()["id"]
+        runs = httpx.get(url + API_PREFIX + "/workflows", timeout=10).json()["items"]
+        assert [r["id"] for r in runs] == [run_id]
+        result = httpx.get(
+            f"{url}{API_PREFIX}/workflows/{run_id}/result", params={"wait": 20}, timeout=30
+        )
+        assert result.json()["result"] == 4
+    finally:
+        stopped_at = time.monotonic()
+        proc.send_signal(signals.SIGTERM)
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+            raise AssertionError("the server did not shut down: something held it") from None
+    assert proc.returncode == 0, err.decode()
+    assert time.monotonic() - stopped_at < 30
