@@ -578,3 +578,45 @@ def test_a_served_process_survives_dropped_clients_and_still_shuts_down_at_once(
             raise AssertionError("the server did not shut down: something held it") from None
     assert proc.returncode == 0, err.decode()
     assert time.monotonic() - stopped_at < 30
+
+
+def test_requests_buffered_while_the_server_was_paused_by_clients_that_gave_up_are_harmless(
+    tmp_path: Any,
+) -> None:
+    import signal as signals
+
+    from server.test_serve_process import APP, free_port, spawn, wait_up
+
+    (tmp_path / "servedapp.py").write_text(APP.replace("{db}", str(tmp_path / "app.db")))
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = spawn(tmp_path, "--port", str(port), "--graceful-timeout", "600")
+    try:
+        wait_up(url, proc)
+        start = {"type": "add_three", "args": [1], "idempotency_key": "paused"}
+        proc.send_signal(signals.SIGSTOP)  # the kernel still accepts and buffers requests
+        try:
+            for _ in range(3):
+                with pytest.raises(httpx.TimeoutException):
+                    httpx.post(url + API_PREFIX + "/workflows", json=start, timeout=0.5)
+            with pytest.raises(httpx.TimeoutException):
+                httpx.get(url + API_PREFIX + "/events/sse", timeout=0.5)
+        finally:
+            proc.send_signal(signals.SIGCONT)
+        # The server now reads requests whose clients left; it answers into closed sockets.
+        again = httpx.post(url + API_PREFIX + "/workflows", json=start, timeout=30)
+        assert again.status_code in (200, 201), again.text
+        runs = httpx.get(url + API_PREFIX + "/workflows", timeout=10).json()["items"]
+        assert [r["id"] for r in runs] == [again.json()["id"]]
+        done = httpx.get(
+            f"{url}{API_PREFIX}/workflows/{again.json()['id']}/result",
+            params={"wait": 20},
+            timeout=30,
+        )
+        assert done.json()["result"] == 4
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signals.SIGCONT)
+            proc.send_signal(signals.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err.decode()
