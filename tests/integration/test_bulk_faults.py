@@ -411,3 +411,82 @@ async def test_random_faults_on_every_call_still_apply_each_run_once(
             assert sorted(f.forked_from for f in forks if f.forked_from) == ids
         else:
             assert (await engine.list(workflow_type="bf_failer")).items == []
+
+
+# --- a real outage: PostgreSQL backends killed while a lock holds the commit up -------------
+
+
+@pytest.mark.postgres
+async def test_a_commit_whose_postgres_backends_are_killed_mid_way_is_finished_once() -> None:
+    import asyncio
+
+    import psycopg
+    from psycopg import sql
+
+    from pyweft import VirtualClock
+    from pyweft.storage import PostgresStorage
+    from support.backends import postgres_schema
+
+    with postgres_schema() as (url, schema):
+        clock = VirtualClock()
+        store = FaultyStorage(PostgresStorage(url, schema=schema))
+        try:
+            async with Engine(store, workflows=WORKFLOWS, clock=clock, ownership="none") as engine:
+                args = await _prepare(engine, "signal")
+                preview = await engine.bulk_preview("signal", **args)
+                # Hold bf-1's signal at the door, lock the table, then let it go: it and
+                # every write after it wait on the lock until their backend is killed.
+                held = store.pause_next_write(match=_signal_to(FAULTED))
+                commit = asyncio.create_task(
+                    engine.bulk_commit(
+                        "signal", confirmation_token=preview.confirmation_token, **args
+                    )
+                )
+                await held.reached()
+                locker = psycopg.connect(url)
+                killed = 0
+                try:
+                    locker.execute(
+                        sql.SQL("LOCK TABLE {}.kv IN EXCLUSIVE MODE").format(sql.Identifier(schema))
+                    )
+                    held.release()
+                    for _ in range(2000):
+                        if commit.done():
+                            break
+                        killed += _kill_waiting(url, schema)
+                        await asyncio.sleep(0.01)
+                finally:
+                    locker.rollback()
+                    locker.close()
+                assert killed >= 1 and commit.done()
+                first = commit.exception() or commit.result()
+                assert isinstance(first, StorageError) or first.failed, first
+                for _ in range(5):
+                    try:
+                        done = await engine.bulk_commit(
+                            "signal", confirmation_token=preview.confirmation_token, **args
+                        )
+                    except BulkOperationConfirmationError as exc:
+                        assert "in progress" in str(exc), exc
+                        clock.advance(CLAIM_LEASE_S + 1)
+                        continue
+                    if not done.failed:
+                        break
+                assert (done.applied, done.failed) == (3, {})
+                (audit,) = await engine.bulk_audit()
+                assert (audit["applied"], audit["failed"]) == (3, 0)
+                await _check_applied_once(engine, "signal")
+        finally:
+            await store.close()
+
+
+def _kill_waiting(url: str, schema: str) -> int:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = %s AND wait_event_type = 'Lock'",
+            (f"pyweft:{schema}",),
+        ).fetchall()
+    return len(rows)
