@@ -17,11 +17,13 @@ from pyweft.engine.composition.saga import Saga
 from pyweft.engine.context import WorkflowContext
 from pyweft.engine.engine import Engine
 from pyweft.engine.handle import WorkflowHandle
+from pyweft.engine.messages.handler_catalog import HandlerInfo, MessageHandlers
 from pyweft.engine.messages.reviews import Escalation, ReviewDecision, ReviewInfo
 from pyweft.engine.messages.updates import UpdateRequestHandle
 from pyweft.engine.ownership import StoreOwnership
 from pyweft.engine.ownership.lease import LeaseHealth
 from pyweft.engine.queues import Queue, QueueInfo
+from pyweft.engine.replay.drift import CodeDrift, DriftCall
 from pyweft.engine.replay.events import WorkflowEvent
 from pyweft.engine.replay.info import Page, RunInfo, ScheduleOrigin, StepInfo, WorkflowInfo
 from pyweft.engine.replay.records import ErrorInfo
@@ -144,6 +146,10 @@ __all__ = [
     "PendingActivity",
     "StepInfo",
     "WorkflowInfo",
+    "CodeDrift",
+    "DriftCall",
+    "MessageHandlers",
+    "HandlerInfo",
     "BulkPreview",
     "BulkResult",
     "RunInfo",

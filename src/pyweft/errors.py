@@ -8,7 +8,10 @@ The full list is documented in ``docs/reference/errors.md``.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from pyweft.engine.replay.drift import CodeDrift
 
 
 class PyweftError(Exception):
@@ -158,12 +161,18 @@ class ResultTimeoutError(PyweftError, TimeoutError):
 
 
 class NonDeterminismError(PyweftError):
-    """Replay found a recorded step that differs from what the code now asks for."""
+    """Replay found a recorded step that differs from what the code now asks for.
 
-    def __init__(self, message: str, *, workflow_id: str, step: int) -> None:
+    ``drift`` holds the same as fields: the step, what the journal recorded there and
+    what the code asked for (``describe(id).drift`` of the blocked run)."""
+
+    def __init__(
+        self, message: str, *, workflow_id: str, step: int, drift: CodeDrift | None = None
+    ) -> None:
         super().__init__(message)
         self.workflow_id = workflow_id
         self.step = step
+        self.drift = drift
 
 
 class WorkflowTerminalError(PyweftError):
@@ -316,12 +325,19 @@ class VersionMismatchError(PyweftError):
     ``ctx.get_version`` pin is outside the supported range."""
 
     def __init__(
-        self, message: str, *, workflow_id: str, stored_version: str, registered_version: str
+        self,
+        message: str,
+        *,
+        workflow_id: str,
+        stored_version: str,
+        registered_version: str,
+        drift: CodeDrift | None = None,
     ) -> None:
         super().__init__(message)
         self.workflow_id = workflow_id
         self.stored_version = stored_version
         self.registered_version = registered_version
+        self.drift = drift
 
 
 class IdempotencyKeySpentError(PyweftError):

@@ -97,6 +97,21 @@ async def test_an_operator_lists_resumes_and_fails_blocked_runs_from_the_cli(
     assert sorted(r["id"] for r in rows) == ["b1", "b2"]
     assert all(r["status"] == "blocked" for r in rows)
 
+    code, out, err = await pyweft(db, "workflows", "show", "b1")
+    assert code == 0, err
+    assert "code drift at step 1 (step_mismatch)" in out  # the diff, side by side
+    assert "journal recorded" in out and "code now asks for" in out
+    assert "charge" in out and "refund" in out
+    code, out, err = await pyweft(db, "workflows", "show", "b1", "--json")
+    drift = json.loads(out)["drift"]
+    assert drift["step"] == 1 and drift["recorded"]["name"] == "charge"
+    assert drift["requested"] == {
+        "kind": "activity",
+        "name": "refund",
+        "args": "()",
+        "detail": None,
+    }
+
     code, out, err = await pyweft(db, "versions", "check", "--app", "drift_app")
     assert code == 0, out + err  # the versions match: the drift is in the code
     assert "blocked: 2 wait for code that replays them" in out

@@ -38,3 +38,12 @@ def test_the_finished_query_example_replays_without_running_activities(tmp_path:
         "900",
         "{'mug': 300, 'teapot': 600}",
     ]
+
+
+def test_the_handlers_example_lists_what_the_run_takes(tmp_path: Path) -> None:
+    out = _run(block("queries-and-updates", 5), tmp_path)
+    assert out.splitlines() == [
+        "[('add', False), ('checkout', True)]",
+        "{'type': 'string'} Take every item of a SKU out.",
+        "0",
+    ]

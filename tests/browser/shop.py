@@ -7,11 +7,13 @@ the SQLite file in ``$PYWEFT_DASH_DB``."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pyweft import Engine, Queue, WorkflowContext, activity, activity_context, workflow
+from pyweft.observability.metrics import MetricsInterceptor
 
 IMPORTS = Queue("imports", concurrency=2, rate_limit=(30, "1m"))
 
@@ -80,9 +82,74 @@ async def print_label(sku: str) -> str:
     return f"label for {sku}"
 
 
+@dataclass
+class Address:
+    city: str
+    zip_code: str | None = None
+
+
+@dataclass
+class Restock:
+    sku: str
+    quantity: int
+    urgent: bool
+    colour: Literal["red", "blue"]
+    tags: list[str]
+    ship_to: Address
+
+
+@workflow
+async def restocking(ctx: WorkflowContext, sku: str) -> dict[str, Any]:
+    """Waits for a typed ``restock`` signal (its form is generated from the schema)."""
+    received: list[Restock] = []
+
+    @ctx.on_signal("restock")
+    def restock(order: Restock) -> None:
+        """Add stock for a SKU."""
+        received.append(order)
+
+    @ctx.on_update("note")
+    def note(text: str, urgent: bool = False) -> str:
+        return f"noted {text}" + (" (urgent)" if urgent else "")
+
+    ctx.on_query("received", lambda: len(received))
+    await ctx.wait_until(lambda: bool(received))
+    return dataclasses.asdict(received[0])
+
+
+@activity
+async def count_stock(sku: str) -> int:
+    return 12
+
+
+@activity
+async def weigh_stock(sku: str, boxes: int) -> int:
+    return boxes * 3
+
+
+@activity
+async def tell_team(sku: str) -> None:
+    return None
+
+
+@workflow
+async def audit(ctx: WorkflowContext, sku: str) -> int:
+    """The deployed code weighs after counting; runs recorded by the older code (which
+    told the team instead, see seed.py) no longer replay: blocked, with a drift to show."""
+    await ctx.run(count_stock, sku)
+    weight = await ctx.run(weigh_stock, sku, 3)
+    await ctx.wait_for_signal("done")
+    return weight
+
+
 def make_engine() -> Engine:
     url = os.environ.get("PYWEFT_DASH_DB", "sqlite:///dashboard-demo.db")
-    return Engine(url, workflows=[checkout, many_steps, nightly, packing], queues=[IMPORTS])
+    return Engine(
+        url,
+        workflows=[checkout, many_steps, nightly, packing, restocking, audit],
+        queues=[IMPORTS],
+        interceptors=[MetricsInterceptor()],
+    )
 
 
 engine = make_engine

@@ -38,8 +38,10 @@ def test_a_run_started_from_its_form_is_followed_live_to_completion(page: Page) 
     page.click('#timeline [data-step="1"] summary')  # the charge step's result
     page.wait_text('"charged": 20', '#timeline [data-step="1"]')
 
+    # The run waits for "packed" (wait_for_signal, untyped): offered by name, raw JSON.
+    choice = page.css("#signal-form select[name=name-choice]", timeout=15)
+    assert choice.get_attribute("value") == "packed"
     form = page.css("#signal-form")
-    form.find_element("css selector", "input[name=name]").send_keys("packed")
     form.find_element("css selector", "textarea[name=payload]").send_keys('{"box": 7}')
     form.find_element("css selector", "button").click()
     # Live: the signal's step and then the review request appear without a reload.

@@ -18,6 +18,7 @@ PAGES = {
     "overview": ("overview", "Runs by status"),
     "runs": ("runs", "run(s) on this page"),
     "run": ("runs/long-run", "Timeline (40 steps)"),
+    "run-blocked": ("runs/drifted-run", "Code now asks for"),
     "start": ("start", "Arguments"),
     "reviews": ("reviews", "Reviews"),
     "schedules": ("schedules", "nightly-report"),

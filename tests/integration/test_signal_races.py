@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Sequence
-from typing import Any
 
-from pyweft import Engine, Storage, WorkflowContext, open_storage, workflow
-from pyweft.storage.base import Delete, Expect, Op, Put
+from pyweft import Engine, WorkflowContext, workflow
+from pyweft.storage.base import Delete, Op, Put
 from support.backends import Backend
+from support.gates import GatedStore, open_store
 from support.poll import eventually
 
 
@@ -25,50 +25,6 @@ async def interruptible_timer(ctx: WorkflowContext, count: int) -> list[object]:
     return got
 
 
-class Gate:
-    """Holds one write of the store: before it is applied, or after (its reply is late)."""
-
-    def __init__(self, matches: Any, *, after: bool) -> None:
-        self.matches = matches
-        self.after = after
-        self.reached = asyncio.Event()
-        self.release = asyncio.Event()
-
-
-class GatedStore:
-    """A store that holds the writes its gates match, so a test can order a race."""
-
-    def __init__(self, inner: Storage) -> None:
-        self._inner = inner
-        self.gates: list[Gate] = []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def hold(self, matches: Any, *, after: bool) -> Gate:
-        gate = Gate(matches, after=after)
-        self.gates.append(gate)
-        return gate
-
-    async def conditional_batch(self, conditions: Sequence[Expect], ops: Sequence[Op]) -> bool:
-        gate = next((g for g in self.gates if g.matches(ops)), None)
-        if gate is not None:
-            self.gates.remove(gate)
-            if not gate.after:
-                gate.reached.set()
-                await gate.release.wait()
-        ok = await self._inner.conditional_batch(conditions, ops)
-        if gate is not None and gate.after:
-            gate.reached.set()
-            await gate.release.wait()
-        return ok
-
-
-def _store(backend: Backend) -> Storage:
-    raw = backend.storage()
-    return raw if not isinstance(raw, str) else open_storage(raw)
-
-
 def _deletes_signal(ops: Sequence[Op]) -> bool:
     return any(isinstance(op, Delete) and op.key.startswith("sig:timer:a:") for op in ops)
 
@@ -78,7 +34,7 @@ def _buffers_signal(ops: Sequence[Op]) -> bool:
 
 
 async def test_a_signal_whose_send_returns_late_is_not_taken_twice(backend: Backend) -> None:
-    store = GatedStore(_store(backend))
+    store = GatedStore(open_store(backend))
     async with Engine(
         store,  # type: ignore[arg-type]
         workflows=[interruptible_timer],

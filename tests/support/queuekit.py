@@ -3,10 +3,15 @@
 The runs check the queue's limit themselves, outside pyweft: while a run's one
 activity executes it holds a row in ``{schema}.wfq_active`` (keyed by run, so a run
 re-executed after its engine was killed counts once), and on entering it records
-how many rows it saw in ``wfq_peaks``. The first start of each run is numbered in
-``wfq_starts`` (the order runs began, for the priority check). A killed engine's
-row stays until its run is taken over and re-executed: that run still holds its
-slot, so the count is still bounded by the queue's concurrency.
+the rows it saw in ``wfq_peaks`` (how many, and which: a failure names the runs and
+their processes). The first start of each run is numbered in ``wfq_starts`` (the
+order runs began, for the priority check).
+
+A killed engine's row stays until its run is taken over and re-executed, though the
+run stopped at the kill. That does not make the count an artefact: the run's slot
+is deleted only by its end, which comes after the re-execution deleted the row, so
+every row is a run holding a slot, and the count passes the queue's concurrency only
+if the slots held do (issue 14's overshoot was six runs working, none killed).
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ def create_tables(url: str, schema: str) -> None:
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
         for ddl in (
             "CREATE TABLE {}.wfq_active (run_id text PRIMARY KEY, pid int)",
-            "CREATE TABLE {}.wfq_peaks (n int)",
+            "CREATE TABLE {}.wfq_peaks (n int, run_id text, seen text)",
             "CREATE TABLE {}.wfq_starts (seq bigserial, run_id text UNIQUE)",
         ):
             conn.execute(sql.SQL(ddl).format(sql.Identifier(schema)))
@@ -67,9 +72,17 @@ def occupy(run_id: str, pid: int) -> int:
         ),
         (run_id,),
     )
-    row = conn.execute(sql.SQL("SELECT count(*) FROM {}.wfq_active").format(schema)).fetchone()
+    row = conn.execute(
+        sql.SQL(
+            "SELECT count(*), string_agg(run_id || ' in ' || pid, ', ' ORDER BY run_id) "
+            "FROM {}.wfq_active"
+        ).format(schema)
+    ).fetchone()
     seen = int(row[0]) if row else 0
-    conn.execute(sql.SQL("INSERT INTO {}.wfq_peaks VALUES (%s)").format(schema), (seen,))
+    conn.execute(
+        sql.SQL("INSERT INTO {}.wfq_peaks VALUES (%s, %s, %s)").format(schema),
+        (seen, run_id, row[1] if row else None),
+    )
     time.sleep(WORK_S)
     conn.execute(sql.SQL("DELETE FROM {}.wfq_active WHERE run_id = %s").format(schema), (run_id,))
     return seen
@@ -80,15 +93,21 @@ async def queued_job(ctx: WorkflowContext, run_id: str) -> int:
     return await ctx.run(occupy, run_id, os.getpid())
 
 
-def read_results(url: str, schema: str) -> tuple[int, list[str]]:
-    """(the most runs any run saw working at once, run ids in order of first start)."""
+def read_results(url: str, schema: str) -> tuple[int, list[str], list[str]]:
+    """(the most runs any run saw working at once, run ids in order of first start, and
+    for each run that saw more than ``CONCURRENCY``: which runs, in which process)."""
     s = sql.Identifier(schema)
     with psycopg.connect(url, autocommit=True) as conn:
         row = conn.execute(
             sql.SQL("SELECT coalesce(max(n), 0) FROM {}.wfq_peaks").format(s)
         ).fetchone()
+        over = conn.execute(
+            sql.SQL("SELECT run_id, seen FROM {}.wfq_peaks WHERE n > %s").format(s),
+            (CONCURRENCY,),
+        )
+        excess = [f"{r[0]} saw {r[1]}" for r in over.fetchall()]
         order = conn.execute(sql.SQL("SELECT run_id FROM {}.wfq_starts ORDER BY seq").format(s))
-        return int(row[0]) if row else 0, [str(r[0]) for r in order.fetchall()]
+        return int(row[0]) if row else 0, [str(r[0]) for r in order.fetchall()], excess
 
 
 class Probe:

@@ -25,6 +25,7 @@ EXPECTED = {
     "MissedWindow",
     "Worker", "WorkerInfo",
     "Queue", "QueueInfo",
+    "CodeDrift", "DriftCall", "MessageHandlers", "HandlerInfo",
 }  # fmt: skip
 
 

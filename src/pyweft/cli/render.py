@@ -12,6 +12,7 @@ terminal. Stored times too far out for a calendar print as ``invalid time``.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from datetime import datetime
 from typing import Any
@@ -128,6 +129,7 @@ def info_dict(info: WorkflowInfo) -> dict[str, Any]:
         "forked_at_step": info.forked_at_step,
         "quarantined": info.quarantined,
         "corrupt_key": info.corrupt_key,
+        "drift": None if info.drift is None else dataclasses.asdict(info.drift),
     }
 
 

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from pyweft import CorruptRecordError, Group, History, Page, WorkflowInfo
+from pyweft import CodeDrift, CorruptRecordError, Group, History, Page, WorkflowInfo
 from pyweft.cli import DbOption, JsonOption, filters, render, run
 from pyweft.cli.filters import (
     AttrOption,
@@ -186,6 +186,9 @@ def show_run(
     out = render.console()
     out.print(_summary(info))
     out.print()
+    if info.drift is not None:
+        out.print(_drift_table(info.drift))
+        out.print()
     if history is None:
         out.print(
             "steps and events cannot be shown: a record of this run is damaged. "
@@ -198,6 +201,26 @@ def show_run(
     out.print()
     out.print("[bold]events[/]")
     out.print(render.events_table(history.events, info.created_at))
+
+
+def _drift_table(drift: CodeDrift) -> Table:
+    """The code drift side by side: what the journal recorded, what the code asks now."""
+    where = f"step {drift.step}" if drift.step is not None else "the run's versions"
+    table = Table(title=f"code drift at {where} ({drift.reason})", title_justify="left")
+    table.add_column("")
+    table.add_column("journal recorded", overflow="fold")
+    table.add_column("code now asks for", overflow="fold")
+    for label, field in (
+        ("kind", "kind"),
+        ("name", "name"),
+        ("args", "args"),
+        ("detail", "detail"),
+    ):
+        old, new = getattr(drift.recorded, field), getattr(drift.requested, field)
+        table.add_row(
+            label, escape(old if old is not None else "—"), escape(new if new is not None else "—")
+        )
+    return table
 
 
 def _summary(info: WorkflowInfo) -> Table:

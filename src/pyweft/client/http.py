@@ -26,6 +26,7 @@ from pyweft import (
     Group,
     History,
     InvalidArgumentError,
+    MessageHandlers,
     Page,
     ResultTimeoutError,
     ReviewInfo,
@@ -294,6 +295,11 @@ class Client(PublishedClient, QueuesClient):
             "POST", f"/workflows/{_seg(workflow_id)}/query/{_seg(name)}", body=body, idempotent=True
         )
         return data["result"]
+
+    async def handlers(self, workflow_id: str) -> MessageHandlers:
+        """The signals, updates and queries the live run takes, with their JSON Schemas."""
+        data = await self._call("GET", f"/workflows/{_seg(workflow_id)}/handlers")
+        return MessageHandlers.from_dict(workflow_id, data)
 
     async def update(
         self,

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from pyweft import Group, History, Page, WorkflowEvent, WorkflowInfo
+from pyweft import Group, History, MessageHandlers, Page, WorkflowEvent, WorkflowInfo
 from pyweft.durations import DurationLike
 
 
@@ -61,6 +61,7 @@ class WorkflowClient(Protocol):
     async def query(
         self, workflow_id: str, name: str, *args: Any, timeout: DurationLike = 5.0
     ) -> Any: ...
+    async def handlers(self, workflow_id: str) -> MessageHandlers: ...
     async def update(
         self,
         workflow_id: str,

@@ -75,11 +75,17 @@ class QueuesClient:
         return [worker_from_json(w) for w in data["items"]]
 
     async def drain_worker(self, worker_id: str) -> WorkerInfo | None:
-        """Ask a worker to stop claiming tasks (needs scope ``workers:write``)."""
-        data = await self._call("POST", f"/workers/{_seg(worker_id)}/drain", body={})
+        """Ask a worker to stop claiming tasks (needs scope ``workers:write``).
+
+        Asking twice is the same as once, so a call whose answer was lost is retried."""
+        data = await self._call(
+            "POST", f"/workers/{_seg(worker_id)}/drain", body={}, idempotent=True
+        )
         return None if data["worker"] is None else worker_from_json(data["worker"])
 
     async def resume_worker(self, worker_id: str) -> WorkerInfo | None:
         """Let a drained worker claim tasks again (needs scope ``workers:write``)."""
-        data = await self._call("POST", f"/workers/{_seg(worker_id)}/resume", body={})
+        data = await self._call(
+            "POST", f"/workers/{_seg(worker_id)}/resume", body={}, idempotent=True
+        )
         return None if data["worker"] is None else worker_from_json(data["worker"])

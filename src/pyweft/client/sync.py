@@ -11,7 +11,16 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Literal
 
-from pyweft import Group, History, Page, QueueInfo, ReviewInfo, WorkerInfo, WorkflowInfo
+from pyweft import (
+    Group,
+    History,
+    MessageHandlers,
+    Page,
+    QueueInfo,
+    ReviewInfo,
+    WorkerInfo,
+    WorkflowInfo,
+)
 from pyweft.client.handle import OMITTED
 from pyweft.client.http import Client as AsyncClient
 from pyweft.durations import DurationLike
@@ -159,6 +168,9 @@ class Client:
 
     def query(self, workflow_id: str, name: str, *args: Any, timeout: DurationLike = 5.0) -> Any:
         return self._loop.run(self._client.query, workflow_id, name, *args, timeout=timeout)
+
+    def handlers(self, workflow_id: str) -> MessageHandlers:
+        return self._loop.run(self._client.handlers, workflow_id)
 
     def update(
         self,

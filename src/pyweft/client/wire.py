@@ -15,6 +15,8 @@ from typing import Any
 import msgspec
 
 from pyweft import (
+    CodeDrift,
+    DriftCall,
     ErrorInfo,
     Group,
     History,
@@ -80,6 +82,41 @@ def error_from_json(data: Any) -> ErrorInfo | None:
     )
 
 
+def drift_to_json(drift: CodeDrift | None) -> dict[str, Any] | None:
+    if drift is None:
+        return None
+
+    def side(call: DriftCall) -> dict[str, Any]:
+        return {"kind": call.kind, "name": call.name, "args": call.args, "detail": call.detail}
+
+    return {
+        "reason": drift.reason,
+        "step": drift.step,
+        "recorded": side(drift.recorded),
+        "requested": side(drift.requested),
+    }
+
+
+def drift_from_json(data: Any) -> CodeDrift | None:
+    if not isinstance(data, dict):
+        return None
+
+    def side(raw: dict[str, Any]) -> DriftCall:
+        return DriftCall(
+            kind=raw.get("kind"),
+            name=raw.get("name"),
+            args=raw.get("args"),
+            detail=raw.get("detail"),
+        )
+
+    return CodeDrift(
+        reason=data["reason"],
+        step=data.get("step"),
+        recorded=side(data["recorded"]),
+        requested=side(data["requested"]),
+    )
+
+
 def info_to_json(info: WorkflowInfo) -> dict[str, Any]:
     return {
         "id": info.id,
@@ -100,6 +137,7 @@ def info_to_json(info: WorkflowInfo) -> dict[str, Any]:
         "forked_at_step": info.forked_at_step,
         "last_step_at": _ts(info.last_step_at),
         "corrupt_key": info.corrupt_key,
+        "drift": drift_to_json(info.drift),
     }
 
 
@@ -122,6 +160,7 @@ def info_from_json(data: dict[str, Any]) -> WorkflowInfo:
         forked_at_step=data.get("forked_at_step"),
         last_step_at=_dt(data.get("last_step_at")),
         corrupt_key=data.get("corrupt_key"),
+        drift=drift_from_json(data.get("drift")),
     )
 
 

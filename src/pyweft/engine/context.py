@@ -27,6 +27,7 @@ from pyweft.durations import parse_duration, parse_optional_duration, parse_time
 from pyweft.engine.composition import children, fanout
 from pyweft.engine.composition.saga import Saga
 from pyweft.engine.messages import conditions, handlers, outbound, reviews, signals, updates
+from pyweft.engine.messages.handler_catalog import HANDLERS_QUERY
 from pyweft.engine.messages.reviews import Escalation, ReviewDecision
 from pyweft.engine.messages.updates import UpdateRequestHandle
 from pyweft.engine.replay import keys, operations
@@ -284,6 +285,8 @@ class WorkflowContext:
         ``@ctx.on_query("status")``. Query handlers must not change state.
         """
         signals.check_name(name, "query")
+        if name == HANDLERS_QUERY:
+            raise DefinitionError(f"the query name {name!r} is reserved for engine.handlers()")
 
         def register(f: Callable[..., Any]) -> Callable[..., Any]:
             if not callable(f) or inspect.iscoroutinefunction(f):

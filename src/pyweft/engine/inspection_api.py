@@ -178,7 +178,8 @@ class InspectionAPI:
         ``filters`` as the dry run, with its token (single-use, valid 10 minutes;
         :class:`BulkOperationConfirmationError` otherwise). Acts on the runs matching
         now, skips runs that ended meanwhile, and writes an audit record naming
-        ``actor``."""
+        ``actor``. After a ``StorageError``, or with ``failed`` runs in the result,
+        commit again with the same token: that finishes it, acting on no run twice."""
         self._core.services_or_raise()
         _check_filter_names(filters)
         return await bulk.commit(

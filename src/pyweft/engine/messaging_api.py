@@ -14,6 +14,12 @@ from pyweft.engine.control import creation, update_start
 from pyweft.engine.control import debounce as debounce_mod
 from pyweft.engine.handle import WorkflowHandle
 from pyweft.engine.messages import published, run_queries, streams, terminal_events
+from pyweft.engine.messages.handler_catalog import (
+    HANDLERS_QUERY,
+    MessageHandlers,
+    from_answer,
+    idle,
+)
 from pyweft.engine.messages.reviews import ReviewDesk, ReviewInfo
 from pyweft.engine.messages.signals import SignalSender
 from pyweft.engine.messages.updates import OMITTED, UpdateClient
@@ -22,7 +28,7 @@ from pyweft.engine.replay.events import WorkflowEvent
 from pyweft.engine.replay.recovery import ids_with_status
 from pyweft.engine.steps import async_completion
 from pyweft.engine.steps.async_completion import PendingActivity
-from pyweft.errors import InvalidArgumentError, WorkflowTerminalError
+from pyweft.errors import InvalidArgumentError, QueryUnavailableError, WorkflowTerminalError
 
 if TYPE_CHECKING:
     from pyweft.engine.context import WorkflowContext
@@ -135,6 +141,29 @@ class MessagingAPI:
         return await run_queries.query(
             self._core, workflow_id, name, args, seconds, make_context=replay_context
         )
+
+    async def handlers(self, workflow_id: str, *, timeout: Duration = 5.0) -> MessageHandlers:
+        """The signals, updates and queries a live run takes now, with the JSON Schemas of
+        their payloads and arguments (from the handlers' type hints), plus the names its
+        open ``wait_for_signal``/``wait_for_update`` steps wait on (untyped).
+
+        Handlers are registered by the workflow's code as it runs, so the engine that
+        drives the run answers, as for :meth:`query` (``QueryUnavailableError`` if none
+        does in ``timeout``). A run that is not ``running`` (finished, pending,
+        suspended, blocked) has none to tell: its lists are empty and ``status`` says why.
+        """
+        seconds = parse_duration(timeout, field="timeout")
+        state = await self._core.visibility.state(workflow_id)
+        if state.status != "running":
+            return idle(workflow_id, state.status)
+        try:
+            answer = await run_queries.query(self._core, workflow_id, HANDLERS_QUERY, (), seconds)
+        except (WorkflowTerminalError, QueryUnavailableError):
+            now = await self._core.visibility.state(workflow_id)
+            if now.status == "running":
+                raise  # nobody answered for a live run
+            return idle(workflow_id, now.status)  # it stopped running meanwhile
+        return from_answer(workflow_id, answer)
 
     async def update(
         self,

@@ -9,6 +9,7 @@ definitions under ``$defs``.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -76,19 +77,17 @@ def _jsonable(value: Any) -> Any:
         return repr(value)
 
 
-def workflow_schema(definition: WorkflowDefinition) -> WorkflowSchema:
+def parameters_schema(
+    params: Sequence[inspect.Parameter], types: Sequence[object]
+) -> tuple[list[ParameterSchema], dict[str, Any]]:
+    """The arguments ``types`` (lined up with the positional ``params``) as
+    :class:`ParameterSchema` and the JSON Schema of their positional array."""
     defs: dict[str, Any] = {}
-    params: list[ParameterSchema] = []
-    sig = definition.signature
-    positional = [
-        p
-        for p in (sig.parameters.values() if sig is not None else ())
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-    ][1:]  # param_types lines up with these, the context dropped
-    for i, tp in enumerate(definition.param_types):
-        p = positional[i] if i < len(positional) else None
+    out: list[ParameterSchema] = []
+    for i, tp in enumerate(types):
+        p = params[i] if i < len(params) else None
         has_default = p is not None and p.default is not p.empty
-        params.append(
+        out.append(
             ParameterSchema(
                 name=p.name if p is not None else f"arg{i}",
                 required=not has_default,
@@ -96,26 +95,44 @@ def workflow_schema(definition: WorkflowDefinition) -> WorkflowSchema:
                 default=_jsonable(p.default) if p is not None and has_default else None,
             )
         )
-    required = sum(1 for p in params if p.required)
-    input_schema: dict[str, Any] = {
+    array: dict[str, Any] = {
         "type": "array",
-        "prefixItems": [{"title": p.name, **p.schema} for p in params],
-        "minItems": required,
-        "maxItems": len(params),
+        "prefixItems": [{"title": p.name, **p.schema} for p in out],
+        "minItems": sum(1 for p in out if p.required),
+        "maxItems": len(out),
     }
-    input_defs = dict(defs)
-    defs.clear()
+    if defs:
+        array["$defs"] = defs
+    return out, array
+
+
+def positional(sig: inspect.Signature | None) -> list[inspect.Parameter]:
+    return [
+        p
+        for p in (sig.parameters.values() if sig is not None else ())
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+
+
+def summary_line(fn: object) -> str | None:
+    doc = inspect.getdoc(fn)
+    return doc.splitlines()[0] if doc else None
+
+
+def workflow_schema(definition: WorkflowDefinition) -> WorkflowSchema:
+    # param_types lines up with the positional parameters after the context.
+    params, input_schema = parameters_schema(
+        positional(definition.signature)[1:], definition.param_types
+    )
+    defs: dict[str, Any] = {}
     output_schema = _one(definition.result_type, defs)
-    if input_defs:
-        input_schema["$defs"] = input_defs
     if defs:
         output_schema["$defs"] = dict(defs)
-    doc = inspect.getdoc(definition.fn)
     return WorkflowSchema(
         workflow_type=definition.name,
         version=definition.version,
         parameters=params,
         input=input_schema,
         output=output_schema,
-        description=doc.splitlines()[0] if doc else None,
+        description=summary_line(definition.fn),
     )

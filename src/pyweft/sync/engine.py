@@ -26,6 +26,7 @@ from pyweft.engine.engine import DEFAULT_MAX_HISTORY_STEPS, DEFAULT_MAX_PAYLOAD_
 from pyweft.engine.engine import Engine as AsyncEngine
 from pyweft.engine.handle import WorkflowHandle as AsyncHandle
 from pyweft.engine.handle import check_result_type
+from pyweft.engine.messages.handler_catalog import MessageHandlers
 from pyweft.engine.messages.reviews import ReviewInfo
 from pyweft.engine.messages.updates import OMITTED
 from pyweft.engine.ownership import StoreOwnership
@@ -533,6 +534,9 @@ class Engine(PublishedMixin, QueuesSync, WorkersTwins):
 
     def query(self, workflow_id: str, name: str, *args: Any, timeout: Duration = 5.0) -> Any:
         return self._run(self._engine.query, workflow_id, name, *args, timeout=timeout)
+
+    def handlers(self, workflow_id: str, *, timeout: Duration = 5.0) -> MessageHandlers:
+        return self._run(self._engine.handlers, workflow_id, timeout=timeout)
 
     def update(
         self,

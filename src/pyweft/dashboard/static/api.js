@@ -62,6 +62,14 @@ export async function api(method, path, body, { signal } = {}) {
 }
 
 export const get = (path, opts) => api("GET", path, undefined, opts);
+
+// A route that answers in plain text (the Prometheus exposition at /metrics).
+export async function getText(path) {
+  const response = await fetch(BASE + path, { headers: headers({ Accept: "text/plain" }) });
+  if (response.status === 401) onUnauthorized(new ApiError(401, "AuthenticationError", "sign in again"));
+  if (!response.ok) throw new ApiError(response.status, "HTTPError", response.statusText);
+  return response.text();
+}
 export const post = (path, body, opts) => api("POST", path, body ?? {}, opts);
 
 export function qs(params) {

@@ -1,14 +1,7 @@
 // Inputs generated from a JSON Schema: numbers, strings, booleans and enums get native
 // controls; anything else (objects, arrays, unions, untyped) a JSON text area.
 import { h, jsonInput, labelled, parseJson } from "./dom.js";
-
-function resolve(schema, defs) {
-  if (schema && schema.$ref) {
-    const name = schema.$ref.split("/").pop();
-    return (defs && defs[name]) || {};
-  }
-  return schema || {};
-}
+import { resolve } from "./schema-fields.js";
 
 // An example value for a schema, shown as a JSON box's placeholder.
 function example(schema, defs, depth = 0) {

@@ -1,6 +1,7 @@
 // Overview: counts by status and type, failures over the last day, a live activity
 // feed, lease health, blocked runs and late schedules.
 import { follow, get, qs, session } from "./api.js";
+import { metricsCharts } from "./charts.js";
 import { badge, clear, fmtRelative, fmtTime, h, runLink, section, table } from "./dom.js";
 
 const STATUSES = ["pending", "enqueued", "running", "suspended", "blocked", "completed", "failed", "cancelled", "timed_out"];
@@ -111,6 +112,7 @@ export async function overviewPage({ main, onLeave }) {
   const late = schedules.value
     ? schedules.value.items.filter((s) => !s.paused && s.next_fire && new Date(s.next_fire).getTime() < Date.now() - 60e3)
     : [];
+  const charts = metricsCharts(["runs", "queues"]);
   clear(
     main,
     h("h1", {}, "Overview"),
@@ -163,9 +165,10 @@ export async function overviewPage({ main, onLeave }) {
           : denied(schedules),
       ),
     ),
+    section("Over time", charts.element, h("p", { class: "hint" }, "Sampled by this page while it is open; the system page has more.")),
     section("Live activity", feedState, session.can("events:read") ? feed : h("p", { class: "muted" }, "Not shown: needs scope events:read")),
   );
-  if (!session.can("events:read")) return;
+  if (!session.can("events:read")) return onLeave(charts.stop);
   const stop = follow(
     "/events/sse",
     (event) => {
@@ -174,5 +177,8 @@ export async function overviewPage({ main, onLeave }) {
     },
     { onState: (s) => (feedState.textContent = s) },
   );
-  onLeave(stop);
+  onLeave(() => {
+    stop();
+    charts.stop();
+  });
 }

@@ -15,9 +15,12 @@ import {
   section,
   table,
 } from "./dom.js";
+import { driftDiff } from "./drift.js";
+import { messageForms } from "./run-messages.js";
 import { timeline } from "./timeline.js";
 
 const TERMINAL = ["completed", "failed", "cancelled", "timed_out"];
+const NO_HANDLERS = { signals: [], updates: [], queries: [] };
 const HEARTBEAT_REFRESH_MS = 3000;
 
 function summary(run) {
@@ -67,30 +70,6 @@ function events(list, all) {
   ));
 }
 
-function messageForm(id, kind, scopes, reply) {
-  const name = h("input", { name: "name", required: true, autocomplete: "off" });
-  const payload = jsonInput("payload", "");
-  const out = h("pre", { class: "mono reply", "aria-live": "polite" });
-  const labels = { signal: "Payload (JSON)", update: "Payload (JSON)", query: "Arguments (JSON array)" };
-  const form = h(
-    "form",
-    { class: "message", id: `${kind}-form`, "aria-label": `Send a ${kind}` },
-    labelled(`${kind[0].toUpperCase() + kind.slice(1)} name`, name),
-    labelled(labels[kind], payload),
-    action(`Send ${kind}`, scopes, async () => {
-      if (!name.value.trim()) throw new Error(`Give the ${kind} a name`);
-      const value = parseJson(payload.value, labels[kind]);
-      const body = kind === "query" ? { args: value ?? [] } : value === undefined ? {} : { payload: value };
-      const answer = await post(`/workflows/${enc(id)}/${kind}/${enc(name.value.trim())}`, body);
-      if (reply) out.textContent = pretty(answer.result);
-      notify(`${kind} ${name.value.trim()} sent`);
-    }),
-    out,
-  );
-  form.addEventListener("submit", (e) => e.preventDefault());
-  return form;
-}
-
 // The fork choices follow the run's committed steps; the chosen one stays chosen.
 export function setForkSteps(select, steps) {
   const chosen = select.value;
@@ -104,7 +83,7 @@ export function setForkSteps(select, steps) {
   if (select.value !== chosen) select.value = "";
 }
 
-function controls(id, run, steps, refresh) {
+function controls(id, run, steps, messages, refresh) {
   const finished = TERMINAL.includes(run.status);
   const write = ["workflows:write"];
   const fromStep = h("select", { name: "from_step", id: "fork-step" });
@@ -130,9 +109,7 @@ function controls(id, run, steps, refresh) {
         location.hash = "#/runs/" + enc(made.id);
       }, { confirm: `Start a new run from ${id}'s journal?`, id: "fork-run" }),
     ),
-    finished ? null : messageForm(id, "signal", ["signals:write"], false),
-    finished ? null : messageForm(id, "update", ["updates:write"], true),
-    finished ? null : messageForm(id, "query", ["queries:read"], true),
+    messages.element,
   );
 }
 
@@ -186,6 +163,7 @@ export async function runPage({ main, onLeave }, id) {
   const slots = {
     title: h("div", {}),
     summary: h("div", {}),
+    drift: h("div", {}),
     reviews: h("div", {}),
     waiting: h("div", {}),
     timeline: h("div", {}),
@@ -194,6 +172,15 @@ export async function runPage({ main, onLeave }, id) {
     actions: h("div", {}),
   };
   let lastStatus = null;
+  const messages = messageForms(id);
+  // What the live run takes, for the message forms. None known (not running, a key
+  // that may not ask, an engine slow to answer): the forms take any name and raw JSON.
+  async function refreshHandlers(status) {
+    const live = !TERMINAL.includes(status);
+    const ask = status === "running" && session.can("workflows:read", "queries:read", "signals:write", "updates:write");
+    const handlers = ask ? await get(`/workflows/${enc(id)}/handlers`).catch(() => NO_HANDLERS) : NO_HANDLERS;
+    if (status === lastStatus) messages.update(handlers, live); // not an answer overtaken by a later status
+  }
   let shownTokens = null;
   let allEvents = false;
   let stepCount = -1;
@@ -207,6 +194,7 @@ export async function runPage({ main, onLeave }, id) {
     ]);
     clear(slots.title, h("h1", {}, "Run ", h("span", { class: "mono" }, id)), h("p", {}, badge(run.status), " ", h("a", { href: "#/runs" + qs({ type: run.workflow_type }) }, "other " + run.workflow_type + " runs")));
     clear(slots.summary, section("Summary", summary(run)));
+    clear(slots.drift, run.drift ? section("Code drift", driftDiff(run.drift, history.steps)) : null);
     clear(slots.reviews, reviewsOf(reviews.items));
     const tokens = waiting.items.map((a) => a.token).join(" ");
     if (tokens !== shownTokens) clear(slots.waiting, pendingActivities(waiting.items, () => schedule()));
@@ -222,17 +210,20 @@ export async function runPage({ main, onLeave }, id) {
     // The forms keep what the user typed: they are redrawn only when the run's status
     // changes what is allowed; new steps only refresh the fork choices.
     if (run.status !== lastStatus) {
-      clear(slots.actions, section("Actions", controls(id, run, history.steps, () => schedule())));
+      clear(slots.actions, section("Actions", controls(id, run, history.steps, messages, () => schedule())));
     } else if (history.steps.length !== stepCount) {
       const select = slots.actions.querySelector("#fork-step");
       if (select) setForkSteps(select, history.steps);
     }
     lastStatus = run.status;
+    // Not awaited: a run driven by another process answers within its poll interval,
+    // and the page should not wait for that to show the rest.
+    refreshHandlers(run.status).catch(() => {});
     stepCount = history.steps.length;
     return run;
   }
   const run = await load();
-  clear(main, slots.title, h("div", { class: "cols" }, h("div", {}, slots.summary, slots.reviews, slots.waiting, slots.actions, slots.lineage), h("div", {}, slots.timeline, slots.events)));
+  clear(main, slots.title, slots.drift, h("div", { class: "cols" }, h("div", {}, slots.summary, slots.reviews, slots.waiting, slots.actions, slots.lineage), h("div", {}, slots.timeline, slots.events)));
   let timer = null;
   function schedule() {
     if (!timer) timer = setTimeout(() => { timer = null; load().catch((e) => notify(e.message, "error")); }, 100);
@@ -242,6 +233,8 @@ export async function runPage({ main, onLeave }, id) {
   // Heartbeats are not events: while a step is open, reread so its progress stays current.
   const beat = setInterval(() => {
     if (slots.timeline.querySelector('details[data-kind="activity"][data-status="open"]')) schedule();
+    // A handler registered or a wait begun is no event: look again while it runs.
+    else if (lastStatus === "running") refreshHandlers(lastStatus).catch(() => {});
   }, HEARTBEAT_REFRESH_MS);
   onLeave(() => {
     stop();

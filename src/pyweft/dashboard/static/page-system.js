@@ -1,14 +1,17 @@
 // System: version, who you are, lease health, and the registry with its schemas.
 import { get, session } from "./api.js";
+import { metricsCharts } from "./charts.js";
 import { badge, clear, h, pretty, section, table } from "./dom.js";
 
-export async function systemPage({ main }) {
+export async function systemPage({ main, onLeave }) {
   const p = session.principal;
   const [version, lease, registry] = await Promise.all([
     get("/version"),
     session.can("system:read") ? get("/system/lease") : Promise.resolve(null),
     session.can("system:read", "workflows:write") ? get("/registry/workflows") : Promise.resolve(null),
   ]);
+  const charts = metricsCharts();
+  onLeave(charts.stop);
   clear(
     main,
     h("h1", {}, "System"),
@@ -24,6 +27,7 @@ export async function systemPage({ main }) {
           : h("p", { class: "muted" }, "Not shown: needs scope system:read"),
       ),
     ),
+    section("Metrics over time", charts.element),
     section(
       "Registry",
       registry

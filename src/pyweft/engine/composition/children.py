@@ -50,7 +50,7 @@ async def child_step(
     definition = host.child_definition(wf)
     codec = run.services.codec
     run.has_children = True
-    rec = run.replay(step, "child", definition.name)
+    rec = run.replay(step, "child", definition.name, args)
     if rec is not None:
         return _outcome(run, rec, definition.result_type, policy)
     try:
@@ -63,7 +63,7 @@ async def child_step(
             await asyncio.shield(host.cancel_child(started.ref))
         raise
     clock = run.services.clock
-    pend = run.take_pending(step, "child", definition.name)
+    pend = run.take_pending(step, "child", definition.name, args)
     if pend is None:
         if run.state.depth + 1 > MAX_DEPTH:
             raise NestingLimitError(

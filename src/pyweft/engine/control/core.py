@@ -22,9 +22,10 @@ from pyweft.engine.control import lifecycle
 from pyweft.engine.ownership.claims import ClaimRegistry
 from pyweft.engine.replay import keys, quarantine, records
 from pyweft.engine.replay.commit import Committer
+from pyweft.engine.replay.drift import CodeDrift, DriftCall
 from pyweft.engine.replay.events import EventBus, WorkflowEvent
 from pyweft.engine.replay.info import to_datetime
-from pyweft.engine.replay.records import TERMINAL_STATUSES, ErrorInfo, WorkflowState
+from pyweft.engine.replay.records import TERMINAL_STATUSES, WorkflowState
 from pyweft.engine.replay.redrive import Redriver
 from pyweft.engine.replay.residency import Residency
 from pyweft.engine.replay.run import Run, RunServices
@@ -335,6 +336,18 @@ class EngineCore:
             workflow_id=state.id,
             stored_version=state.version,
             registered_version=definition.version,
+            drift=CodeDrift(
+                reason="workflow_version",
+                step=None,
+                recorded=DriftCall(
+                    kind="workflow", name=state.type, detail=f"version {state.version}"
+                ),
+                requested=DriftCall(
+                    kind="workflow",
+                    name=definition.name,
+                    detail=f"version {definition.version} registered here",
+                ),
+            ),
         )
         if await self._held_elsewhere(state.id):
             return  # an engine that has its version drives it
@@ -352,7 +365,7 @@ class EngineCore:
             self.clock.now(),
             rotate_claim=self.claims is not None,  # fences out an owner presumed dead
             status=status,
-            error=ErrorInfo(type="VersionMismatchError", message=str(error), code=error.code),
+            error=records.error_info(error),
         )
         if new is None:
             return

@@ -27,6 +27,7 @@ from typing import Any
 from pyweft.codec import call_types
 from pyweft.engine.messages.signals import check_name, mixing_error
 from pyweft.engine.replay import keys, records
+from pyweft.engine.replay.drift import DriftCall
 from pyweft.engine.replay.records import AppliedUpdate, SignalRecord
 from pyweft.engine.replay.run import Run, RunEnding, Superseded
 from pyweft.errors import ApplicationError, DefinitionError, WorkflowUsageError
@@ -97,8 +98,9 @@ def reapply(run: Run, applied: AppliedUpdate) -> None:
     if handler is None:
         run.nondeterminism(
             applied.boundary,
-            f"signal {applied.name!r} applied by a handler",
-            "no handler registered for it at that point",
+            DriftCall(kind="signal", name=applied.name, detail="applied by a handler"),
+            DriftCall(kind=None, name=None, detail="no handler registered for it at that point"),
+            "handler_mismatch",
         )
     try:
         _call(run, handler, applied.payload or b"")

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pyweft.codec import call_types, decode_args, encode_args, payload_size_error
+from pyweft.engine.messages.handler_catalog import HANDLERS_QUERY, catalog
 from pyweft.engine.messages.signals import check_name
 from pyweft.engine.replay import keys, records
 from pyweft.engine.replay.records import ErrorInfo, QueryRequest, QueryResponse
@@ -87,6 +89,8 @@ started, still running its first lines) before it is told there is no such query
 async def _handler_soon(run: Run, name: str, grace_s: float) -> Any:
     """The handler, once the run registers it; ``None`` if the run parks in a wait (or
     ends, or ``grace_s`` passes) without registering it: then it has no such query."""
+    if name == HANDLERS_QUERY:
+        return functools.partial(catalog, run)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + grace_s
     delay = 0.001
@@ -99,6 +103,8 @@ async def _handler_soon(run: Run, name: str, grace_s: float) -> Any:
 
 
 def _handler(run: Run, name: str) -> Any:
+    if name == HANDLERS_QUERY:  # engine.handlers(): the catalog of what the run takes
+        return functools.partial(catalog, run)
     handler = run.query_handlers.get(name)
     if handler is None:
         known = ", ".join(sorted(run.query_handlers)) or "none"

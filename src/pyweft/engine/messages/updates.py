@@ -29,6 +29,7 @@ from pyweft.codec import call_types
 from pyweft.engine.messages import async_updates, handlers
 from pyweft.engine.messages.signals import check_name, terminal_error
 from pyweft.engine.replay import keys, records, waits
+from pyweft.engine.replay.drift import DriftCall
 from pyweft.engine.replay.operations import guarded, operation
 from pyweft.engine.replay.records import (
     AppliedUpdate,
@@ -106,8 +107,9 @@ def reapply(run: Run, applied: AppliedUpdate) -> None:
     if handler is None:
         run.nondeterminism(
             applied.boundary,
-            f"update {applied.name!r} applied by a handler",
-            "no handler registered for it at that point",
+            DriftCall(kind="update", name=applied.name, detail="applied by a handler"),
+            DriftCall(kind=None, name=None, detail="no handler registered for it at that point"),
+            "handler_mismatch",
         )
         return
     if applied.kind == async_updates.ASYNC_UPDATE or handler.is_async:
@@ -116,8 +118,11 @@ def reapply(run: Run, applied: AppliedUpdate) -> None:
             now = "an async def" if handler.is_async else "a plain"
             run.nondeterminism(
                 applied.boundary,
-                f"update {applied.name!r} applied by {recorded} handler",
-                f"{now} handler for it",
+                DriftCall(
+                    kind="update", name=applied.name, detail=f"applied by {recorded} handler"
+                ),
+                DriftCall(kind="update", name=applied.name, detail=f"{now} handler for it"),
+                "handler_mismatch",
             )
         async_updates.restart(run, handler.fn, applied, _args(run, handler, applied.payload))
         return

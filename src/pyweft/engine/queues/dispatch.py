@@ -7,10 +7,11 @@ moves as many waiting runs as the limits leave room for from ``enqueued`` to
 ``running`` in ONE conditional batch that also takes their slots and rewrites the
 counter. Every dispatcher rewrites the counter, so when two engines race for the last
 slots one batch fails and that engine looks again: the global ``concurrency`` holds
-across engines. A run's slot is deleted by the batch that ends it (see
-``status_change_ops``), and only then, so slots are freed exactly when runs finish:
-a run whose engine was killed keeps its slot until the engine that recovers or takes
-it over finishes it, and the queue never runs more than its limit meanwhile.
+across engines. Between reads, an engine keeps a tally of the slots (``tally``). A
+run's slot is deleted by the batch that ends it (see ``status_change_ops``), and only
+then, so slots are freed exactly when runs finish: a run whose engine was killed keeps
+its slot until the engine that recovers or takes it over finishes it, and the queue
+never runs more than its limit meanwhile.
 
 Passes are triggered by an enqueue here, a run of ours finishing, a notification
 from another process (PostgreSQL), a timer on the engine's clock (rate-limit windows
@@ -34,6 +35,7 @@ from pyweft.engine.ownership.claims import Claim, ClaimPlan
 from pyweft.engine.queues import layout
 from pyweft.engine.queues.enqueue import QUEUE_TOPIC
 from pyweft.engine.queues.queue import Queue
+from pyweft.engine.queues.tally import SlotTally
 from pyweft.engine.replay import keys, records
 from pyweft.engine.replay.records import WorkflowState
 from pyweft.engine.replay.run import Run, status_change_ops
@@ -79,15 +81,12 @@ class Dispatcher:
         self._foreign: set[str] = set()  # waiting runs this engine cannot drive
         self._unsure: set[str] = set()  # dispatched by a batch whose reply was lost
         self._notify = getattr(core.storage, "notify", None)
-        # What this engine last knew of a partition without a rate limit: the counter it
-        # wrote and the slots then held (all, and its own), minus the runs of its own
-        # that finished since. Never fewer than the truth, since only finished runs free
-        # slots and any other dispatcher's batch changes the counter (failing ours, and
-        # then we read again): it saves the reads of a pass while this engine is the
-        # one dispatching. Dropped at each poll and notification.
-        self._known: dict[tuple[str, str], tuple[bytes, int, int, int]] = {}
-        # Runs dispatched here that ended, per partition: what was freed since a read.
-        self._ended: dict[tuple[str, str], int] = {}
+        # What this engine knows of the slots of a partition without a rate limit (see
+        # tally.py): it saves the reads of a pass while this engine is the one
+        # dispatching. Dropped at each poll and notification.
+        self._known: dict[tuple[str, str], SlotTally] = {}
+        # Runs dispatched here whose end this engine has not heard of yet, per partition.
+        self._going: dict[tuple[str, str], set[str]] = {}
         # The next waiting runs of a FIFO partition, with their state records.
         self._ahead: dict[tuple[str, str], list[tuple[str, str, bytes | None]]] = {}
         self.dispatched = 0
@@ -226,30 +225,45 @@ class Dispatcher:
 
     async def _pass(self, queue: Queue, part: str, token: bytes | None) -> int | None:
         """Dispatch what the limits allow now: the number started, ``None`` on a lost race."""
+        key = (queue.name, part)
+        tally = self._known.get(key)
+        if tally is not None:
+            return await self._fill(queue, part, token, tally, [])
+        storage = self._core.storage
+        # The counter first: a slot added after this read comes with a counter change
+        # that fails our batch, so the slots read next are never fewer than the truth.
+        counter = await storage.get(layout.counter(queue.name, part))
+        reads: list[Get | Scan] = [Scan(prefix=layout.slot_prefix(queue.name, part))]
+        if queue.rate_limit is not None:
+            reads.append(Scan(prefix=layout.starts_prefix(queue.name, part)))
+        results = await read_many(storage, reads)
+        slots = results[0]
+        assert isinstance(slots, list)
+        tally = SlotTally.read(counter, slots, self._my_id(), self._going.get(key, set()))
+        if queue.rate_limit is not None:
+            return await self._fill(queue, part, token, tally, results)
+        self._known[key] = tally  # from now on, the runs of ours that end come off it
+        started: int | None = None
+        try:
+            started = await self._fill(queue, part, token, tally, results)
+        finally:
+            if not started and self._known.get(key) is tally:
+                del self._known[key]  # nothing started: the next pass reads afresh
+        return started
+
+    async def _fill(
+        self,
+        queue: Queue,
+        part: str,
+        token: bytes | None,
+        tally: SlotTally,
+        results: list[ReadResult],
+    ) -> int | None:
+        """Start what the limits leave room for, given ``tally`` (and for a rate limit,
+        the starts in ``results``): the number started, ``None`` on a lost race."""
         core, name = self._core, queue.name
         storage = core.storage
-        known = self._known.get((name, part))
-        results: list[ReadResult] = []
-        if known is not None:
-            counter, held, mine, base = known
-        else:
-            # The counter first: a slot added after this read comes with a counter change
-            # that fails our batch, so the slots read next are never fewer than the truth.
-            counter_raw = await storage.get(layout.counter(name, part))
-            reads: list[Get | Scan] = [Scan(prefix=layout.slot_prefix(name, part))]
-            if queue.rate_limit is not None:
-                reads.append(Scan(prefix=layout.starts_prefix(name, part)))
-            results = await read_many(storage, reads)
-            slots = results[0]
-            assert isinstance(slots, list)
-            me = self._my_id()
-            counter = counter_raw or b""
-            held, mine = len(slots), sum(1 for _, v in slots if v == me)
-            # Counted after the read: a run that ended while it was under way counts as
-            # holding its slot until the next read (never the reverse).
-            base = self._ended.get((name, part), 0)
-        freed = self._ended.get((name, part), 0) - base
-        held, mine = held - freed, mine - freed
+        held, mine = tally.held, tally.mine
         now = core.clock.now()
         room = MAX_BATCH
         if queue.concurrency is not None:
@@ -274,8 +288,10 @@ class Dispatcher:
         if room <= 0:
             return 0
         ahead = self._ahead.pop((name, part), None)
-        if ahead:
-            # Read ahead by the last pass (see _read_ahead): no reads needed now.
+        if ahead and len(ahead) >= room:
+            # Read ahead by the last pass (see _read_ahead): no reads needed now. With
+            # fewer than there is room for, the head is read instead: runs enqueued since
+            # may fill the rest, and no enqueue may come to ask for another pass.
             picked, rest = ahead[:room], ahead[room:]
             if rest:
                 self._ahead[(name, part)] = rest
@@ -290,21 +306,18 @@ class Dispatcher:
                 marker = layout.marker(name, part)  # an empty partition: forget it
                 await core.committer.commit([Delete(key=marker)], [Expect(key=marker, value=token)])
             return 0
-        started = await self._start(queue, part, picked, counter or None, expired, now)
-        if started is None:
+        counter = tally.counter
+        chosen = await self._start(queue, part, picked, counter, expired, now)
+        if chosen is None:
             self._ahead.pop((name, part), None)  # something changed: read afresh
-        elif started and (name, part) not in self._ahead:
+            return None
+        if chosen and queue.rate_limit is None:
+            # At once, before any await: a run just started may end during the next one.
+            tally.took(chosen, _next(counter))
+            self._known[(name, part)] = tally
+        if chosen and (name, part) not in self._ahead:
             await self._read_ahead(queue, part, now)
-        if started and queue.rate_limit is None:
-            self._known[(name, part)] = (
-                _next(counter or None),
-                held + started,
-                mine + started,
-                base + freed,
-            )
-        elif started:
-            self._known.pop((name, part), None)
-        return started
+        return len(chosen)
 
     async def _head(
         self, queue: Queue, part: str, room: int, now: float
@@ -372,7 +385,9 @@ class Dispatcher:
         counter: bytes | None,
         expired: list[str],
         now: float,
-    ) -> int | None:
+    ) -> list[str] | None:
+        """Move ``picked`` from waiting to running in one batch conditional on ``counter``
+        and launch them here: the ids started, ``None`` if the batch lost a race."""
         core = self._core
         services = core.services_or_raise()
         ops: list[Op] = [Delete(key=k) for k in expired]
@@ -432,7 +447,7 @@ class Dispatcher:
         if not chosen:
             if ops:
                 await core.committer.commit(ops)
-            return 0
+            return []
         counter_key = layout.counter(queue.name, part)
         ops.append(Put(key=counter_key, value=_next(counter)))
         conds.append(Expect(key=counter_key, value=counter))
@@ -443,18 +458,20 @@ class Dispatcher:
             raise
         if not ok:
             return None
+        going = self._going.setdefault((queue.name, part), set())
         for new, new_raw, claim in chosen:
             if claim is not None and claims is not None:
                 claims.adopt(claim)
             core.emit("started", new, queue=queue.name, partition_key=part or None)
             run = Run(services, core.workflows[new.type], new, new_raw, {}, {})
+            going.add(new.id)
             core.launch(run)
-            run.done.add_done_callback(functools.partial(self._finished, queue.name, part))
+            run.done.add_done_callback(functools.partial(self._finished, queue.name, part, new.id))
         self.dispatched += len(chosen)
         if hooks := flow.of(services):
             for seconds in waited:
                 flow.dispatched(hooks, "workflow", queue.name, seconds)
-        return len(chosen)
+        return [new.id for new, _, _ in chosen]
 
     def _my_id(self) -> bytes:
         """The engine's id (fixed once it is open; computing the default costs a hash of
@@ -463,13 +480,23 @@ class Dispatcher:
             self._me = self._engine_id().encode()
         return self._me
 
-    def _finished(self, queue: str, part: str, done: asyncio.Future[WorkflowState]) -> None:
+    def _finished(
+        self, queue: str, part: str, run_id: str, done: asyncio.Future[WorkflowState]
+    ) -> None:
+        key = (queue, part)
+        going = self._going.get(key)
+        if going is not None:
+            going.discard(run_id)
+            if not going:
+                del self._going[key]
         ended = not done.cancelled() and done.exception() is None
         if ended and done.result().status in records.TERMINAL_STATUSES:
             # Its end committed, and with it the deletion of its slot.
-            self._ended[(queue, part)] = self._ended.get((queue, part), 0) + 1
+            tally = self._known.get(key)
+            if tally is not None:
+                tally.ended(run_id)
         else:
-            self._known.pop((queue, part), None)  # stopped without ending: read again
+            self._known.pop(key, None)  # stopped without ending: read again
         self.poke(queue)
         if self._notify is not None and self._core.state == "open":
             task = asyncio.get_running_loop().create_task(self.announce())

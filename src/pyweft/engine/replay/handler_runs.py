@@ -24,10 +24,11 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Callable, Coroutine, Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pyweft.engine.replay import keys
+from pyweft.engine.replay.drift import open_call, recorded_call, requested_call
 from pyweft.engine.replay.flow import RACE_BRANCH, RACE_PENDINGS, Deferred, RunEnding
 from pyweft.engine.replay.records import PendingStep, StepRecord
 from pyweft.errors import WorkflowUsageError
@@ -132,7 +133,9 @@ class HandlerRun:
         self.n += 1
         return keys.handler_step(self.invocation, self.n)
 
-    def replay(self, step: int, kind: str, name: str) -> StepRecord | None:
+    def replay(
+        self, step: int, kind: str, name: str, args: Sequence[Any] | None = None
+    ) -> StepRecord | None:
         base = self.base
         if base.fatal is not None:
             raise RunEnding(base.fatal)
@@ -140,15 +143,17 @@ class HandlerRun:
         if rec is None:
             return None
         if rec.kind != kind or rec.name != name:
-            base.nondeterminism(step, f"{rec.kind} {rec.name!r}", f"{kind} {name!r}")
+            base.nondeterminism(step, recorded_call(rec), requested_call(kind, name, args))
         if rec.finished_at > self.logical_now:
             self.logical_now = rec.finished_at
         return rec
 
-    def take_pending(self, step: int, kind: str, name: str) -> PendingStep | None:
+    def take_pending(
+        self, step: int, kind: str, name: str, args: Sequence[Any] | None = None
+    ) -> PendingStep | None:
         pend = self.pendings.pop(step, None)
         if pend is not None and (pend.kind != kind or pend.name != name):
-            self.base.nondeterminism(step, f"an open {pend.kind} {pend.name!r}", f"{kind} {name!r}")
+            self.base.nondeterminism(step, open_call(pend), requested_call(kind, name, args))
         return pend
 
     async def enter_live(self) -> None:

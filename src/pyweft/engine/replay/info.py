@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
+from pyweft.engine.replay.drift import CodeDrift
 from pyweft.engine.replay.records import ErrorInfo
 from pyweft.engine.replay.records import failure_category as _category
 
@@ -97,6 +98,10 @@ class WorkflowInfo:
     heartbeats: dict[int, Any] | None = None
     schedule: ScheduleOrigin | None = None  # set when a schedule occurrence started the run
     queue: str | None = None  # the workflow queue the run was enqueued on
+    # Its code drifted (a blocked run, or one failed by on_nondeterminism="fail_run"): the
+    # step, what the journal recorded and what the code asked for. None for records
+    # stored before drifts were kept as fields (``error.message`` still says it).
+    drift: CodeDrift | None = None
 
     @property
     def is_terminal(self) -> bool:

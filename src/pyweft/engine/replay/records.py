@@ -14,11 +14,12 @@ to look at, and recovery can set that one run aside (see ``quarantine``).
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 from urllib.parse import unquote
 
 import msgspec
 
+from pyweft.engine.replay.drift import CodeDrift, DriftCall, DriftReason
 from pyweft.errors import CorruptRecordError
 
 T = TypeVar("T")
@@ -48,6 +49,24 @@ ALL_STATUSES: tuple[str, ...] = (
 )
 
 
+class DriftSide(msgspec.Struct, array_like=True, frozen=True):
+    """One side of a stored code drift (see ``engine/replay/drift.py``)."""
+
+    kind: str | None
+    name: str | None
+    args: str | None = None
+    detail: str | None = None
+
+
+class DriftRecord(msgspec.Struct, array_like=True, frozen=True):
+    """Where the code stopped replaying the journal, stored with the error that says so."""
+
+    reason: str
+    step: int | None
+    recorded: DriftSide
+    requested: DriftSide
+
+
 class ErrorInfo(msgspec.Struct, array_like=True, frozen=True):
     """A failure, reduced to what survives a restart."""
 
@@ -57,6 +76,22 @@ class ErrorInfo(msgspec.Struct, array_like=True, frozen=True):
     traceback: str | None = None  # an activity's failure: the traceback text, as raised
     module: str | None = None  # the exception class as `module.QualName` (to rebuild it)
     category: str | None = None  # why a run failed (FAILURE_CATEGORIES); None: derive by type
+    # A code drift (NonDeterminismError, VersionMismatchError): the diff as fields. Records
+    # written before it was stored decode with None (the message still says it all).
+    drift: DriftRecord | None = None
+
+    @property
+    def code_drift(self) -> CodeDrift | None:
+        """``drift`` as the public :class:`~pyweft.CodeDrift`."""
+        d = self.drift
+        if d is None:
+            return None
+        return CodeDrift(
+            reason=cast(DriftReason, d.reason),
+            step=d.step,
+            recorded=DriftCall(**msgspec.structs.asdict(d.recorded)),
+            requested=DriftCall(**msgspec.structs.asdict(d.requested)),
+        )
 
 
 class WorkflowState(msgspec.Struct, array_like=True):
@@ -193,11 +228,25 @@ def decode_pending(raw: bytes, *, key: str | None = None) -> PendingStep:
 
 def error_info(exc: BaseException) -> ErrorInfo:
     code = getattr(exc, "code", None)
+    drift = getattr(exc, "drift", None)
     return ErrorInfo(
         type=type(exc).__name__,
         message=str(exc),
         code=code if isinstance(code, str) else None,
         category=category_of(exc),
+        drift=drift_record(drift) if isinstance(drift, CodeDrift) else None,
+    )
+
+
+def drift_record(drift: CodeDrift) -> DriftRecord:
+    def side(call: DriftCall) -> DriftSide:
+        return DriftSide(kind=call.kind, name=call.name, args=call.args, detail=call.detail)
+
+    return DriftRecord(
+        reason=drift.reason,
+        step=drift.step,
+        recorded=side(drift.recorded),
+        requested=side(drift.requested),
     )
 
 

@@ -16,7 +16,7 @@ import asyncio
 import hashlib
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
@@ -28,6 +28,14 @@ from pyweft.codec import PayloadCodec, decode_args, payload_size_error
 from pyweft.definitions import ActivityDefinition, WorkflowDefinition
 from pyweft.engine.replay import keys, operations, records
 from pyweft.engine.replay.commit import Committer
+from pyweft.engine.replay.drift import (
+    CodeDrift,
+    DriftCall,
+    DriftReason,
+    open_call,
+    recorded_call,
+    requested_call,
+)
 from pyweft.engine.replay.events import EventBus, EventKind, WorkflowEvent
 
 # Re-exported: the branch markers and RunEnding lived here before handler_runs shared them.
@@ -303,8 +311,11 @@ class Run:
         """True while the journal still holds steps the code has not reached again."""
         return bool(self.journal)
 
-    def replay(self, step: int, kind: str, name: str) -> StepRecord | None:
-        """The recorded outcome of ``step``, after re-applying updates recorded before it."""
+    def replay(
+        self, step: int, kind: str, name: str, args: Sequence[Any] | None = None
+    ) -> StepRecord | None:
+        """The recorded outcome of ``step``, after re-applying updates recorded before it.
+        ``args`` (the call's arguments, where it has any) only describe a drift."""
         if self.recorded_updates:
             self._reapply_updates(step)
         if self.fatal is not None:
@@ -313,7 +324,7 @@ class Run:
         if rec is None:
             return None
         if rec.kind != kind or rec.name != name:
-            self.nondeterminism(step, f"{rec.kind} {rec.name!r}", f"{kind} {name!r}")
+            self.nondeterminism(step, recorded_call(rec), requested_call(kind, name, args))
         if rec.finished_at > self.logical_now:
             self.logical_now = rec.finished_at
         return rec
@@ -325,15 +336,22 @@ class Run:
                 if hooks is not None:
                     hooks.reapply(self, applied)
 
-    def nondeterminism(self, step: int, recorded: str, requested: str) -> NoReturn:
+    def nondeterminism(
+        self,
+        step: int,
+        recorded: DriftCall,
+        requested: DriftCall,
+        reason: DriftReason = "step_mismatch",
+    ) -> NoReturn:
         self.code_drift(
             NonDeterminismError(
                 f"workflow {self.id!r} is not deterministic at step {step}: the journal "
-                f"recorded {recorded} but the code now asks for {requested}. Code changes that "
-                "reorder, add or remove durable steps must not be deployed under running "
-                "workflows; keep the old order or version the workflow.",
+                f"recorded {recorded.phrase()} but the code now asks for {requested.phrase()}. "
+                "Code changes that reorder, add or remove durable steps must not be deployed "
+                "under running workflows; keep the old order or version the workflow.",
                 workflow_id=self.id,
                 step=step,
+                drift=CodeDrift(reason=reason, step=step, recorded=recorded, requested=requested),
             )
         )
 
@@ -411,10 +429,12 @@ class Run:
             task.cancel()
         return True
 
-    def take_pending(self, step: int, kind: str, name: str) -> PendingStep | None:
+    def take_pending(
+        self, step: int, kind: str, name: str, args: Sequence[Any] | None = None
+    ) -> PendingStep | None:
         pend = self.pendings.pop(step, None)
         if pend is not None and (pend.kind != kind or pend.name != name):
-            self.nondeterminism(step, f"an open {pend.kind} {pend.name!r}", f"{kind} {name!r}")
+            self.nondeterminism(step, open_call(pend), requested_call(kind, name, args))
         return pend
 
     # --- waiting ----------------------------------------------------------------------
@@ -928,7 +948,12 @@ class Run:
             if self.journal:
                 step = min(self.journal)
                 rec = self.journal[step]
-                self.nondeterminism(step, f"{rec.kind} {rec.name!r}", "nothing (it returned)")
+                self.nondeterminism(
+                    step,
+                    recorded_call(rec),
+                    DriftCall(kind=None, name=None, detail="nothing (it returned)"),
+                    "returned_early",
+                )
             payload = self.encode_result(value, f"result of workflow {self.id!r}")
             await self.finish("completed", result=payload)
         except RunEnding as ending:

@@ -37,7 +37,7 @@ async def run_activity(
     queue: str | None = None,
 ) -> Any:
     """One activity step: replayed from the journal, or executed until it succeeds or gives up."""
-    rec = run.replay(step, "activity", act.name)
+    rec = run.replay(step, "activity", act.name, args)
     codec = run.services.codec
     if rec is not None:
         if rec.ok:
@@ -45,7 +45,7 @@ async def run_activity(
         raise activity_error(rec)
     await run.enter_live()
     clock = run.services.clock
-    pend = run.take_pending(step, "activity", act.name)
+    pend = run.take_pending(step, "activity", act.name, args)
     carried = run.carried.pop(step, None)
     if carried is not None and carried.name == act.name:
         # It ran in this engine before a storage failure hid whether its outcome was

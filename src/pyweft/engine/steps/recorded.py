@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pyweft.engine.replay import keys
+from pyweft.engine.replay.drift import CodeDrift, DriftCall
 from pyweft.engine.replay.operations import operation
 from pyweft.engine.replay.records import StepRecord
 from pyweft.engine.replay.run import Run
@@ -75,6 +76,18 @@ def get_version(run: Run, change_id: str, min_supported: int, max_supported: int
                 workflow_id=run.id,
                 stored_version=str(pinned),
                 registered_version=f"{min_supported}..{max_supported}",
+                drift=CodeDrift(
+                    reason="version_pin",
+                    step=None,
+                    recorded=DriftCall(
+                        kind="version", name=change_id, detail=f"pinned at {pinned}"
+                    ),
+                    requested=DriftCall(
+                        kind="version",
+                        name=change_id,
+                        detail=f"supports {min_supported}..{max_supported}",
+                    ),
+                ),
             )
         )
     return pinned

@@ -214,6 +214,7 @@ class Visibility:
             forked_at_step=state.forked_at_step,
             schedule=_origin(state),
             queue=state.queue,
+            drift=state.error.code_drift if state.error is not None else None,
         )
 
     async def describe(self, workflow_id: str) -> WorkflowInfo:
