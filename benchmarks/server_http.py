@@ -1,7 +1,7 @@
 """The HTTP server and client on SQLite (issue 17 targets).
 
     .venv/bin/python benchmarks/server_http.py [--latency-samples 300] [--starts 4000]
-        [--load httpx,raw,wrk] [--wrk-seconds 10] [--no-ceiling]
+        [--load httpx,raw,wrk] [--wrk-seconds 5] [--no-ceiling]
 
 Runs ``pyweft serve`` (uvicorn, one process, SQLite with the default FULL sync) on a
 fresh database, then from this process:
@@ -17,12 +17,13 @@ fresh database, then from this process:
   - ``wrk``: Debian's ``wrk`` (C, one thread, 32 connections, ``--wrk-seconds`` long);
     skipped with a notice when ``wrk`` is not on PATH (``apt-get install wrk``).
 
-  Every generator sends the same body as ``Client.start("waits")``: the server picks a
-  fresh id for each, so every request creates a run. Each line also prints the
+  Each generator drives its own fresh server and database (the first one also runs
+  the latency phase), with the same body as ``Client.start("waits")``: the server
+  picks a fresh id for each, so every request creates a run. Each line also prints the
   server's CPU per start (user + system time of the server process from /proc, over
   the load phase, divided by the runs the store gained), the load generator's CPU per
-  start, and the uptime load average: the CPU figures hold however busy the machine
-  is, the rates do not.
+  start, and the load average: the CPU figures move far less with the machine's load
+  than the rates do.
 
 Then the same generators drive a bare Starlette ``POST`` on uvicorn (the ceiling: what
 uvicorn and the generator allow on this machine before pyweft does any work).
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import resource
 import shutil
@@ -45,15 +47,18 @@ import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from pyweft.client import Client
 
 APP = """
+import os
+
 from pyweft import Engine, WorkflowContext, activity, workflow
 
 @activity
@@ -70,7 +75,7 @@ async def three(ctx: WorkflowContext, x: int) -> int:
 async def waits(ctx: WorkflowContext) -> None:
     await ctx.wait_for_signal("never")
 
-engine = Engine("sqlite:///{db}", workflows=[three, waits])
+engine = Engine("sqlite:///" + os.environ["BENCH_DB"], workflows=[three, waits])
 """
 
 
@@ -302,10 +307,12 @@ async def drive(name: str, port: int, pid: int, args: argparse.Namespace, *, cei
         print(f"  note: the store gained {made} runs for {load.requests} answered requests")
 
 
-async def measure(port: int, proc: subprocess.Popen[bytes], args: argparse.Namespace) -> None:
+async def measure(
+    port: int, proc: subprocess.Popen[bytes], args: argparse.Namespace, name: str, first: bool
+) -> None:
     url = f"http://127.0.0.1:{port}"
     await wait_healthy(url, proc, "/api/v1/health")
-    if args.latency_samples:
+    if first and args.latency_samples:
         lat = await latency(url, args.latency_samples)
         print(
             f"start->result, 3-activity workflow, client+uvicorn+SQLite: "
@@ -313,14 +320,32 @@ async def measure(port: int, proc: subprocess.Popen[bytes], args: argparse.Names
             f"p99 {pct(lat, 99):.2f} ms ({len(lat)} samples); {load_average()}",
             flush=True,
         )
-    for name in args.load:
-        await drive(name, port, proc.pid, args, ceiling=False)
+    await drive(name, port, proc.pid, args, ceiling=False)
 
 
-async def ceiling(port: int, proc: subprocess.Popen[bytes], args: argparse.Namespace) -> None:
+async def ceiling(
+    port: int, proc: subprocess.Popen[bytes], args: argparse.Namespace, name: str
+) -> None:
     await wait_healthy(f"http://127.0.0.1:{port}", proc, "/api/v1/workflows")
-    for name in args.load:
-        await drive(name, port, proc.pid, args, ceiling=True)
+    await drive(name, port, proc.pid, args, ceiling=True)
+
+
+@contextlib.contextmanager
+def served(command: list[str], cwd: Path, env: dict[str, str]) -> Iterator[tuple[int, Any]]:
+    """A server process on a free port (``--port`` is appended); SIGTERM on the way out."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [*command, "--port", str(port)],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        yield port, proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
 
 
 def loads(text: str) -> list[str]:
@@ -345,37 +370,24 @@ def main() -> None:
         args.load = [n for n in args.load if n != "wrk"]
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        (tmp / "benchapp.py").write_text(textwrap.dedent(APP).replace("{db}", str(tmp / "b.db")))
-        port = free_port()
+        (tmp / "benchapp.py").write_text(textwrap.dedent(APP))
+        (tmp / "bareapp.py").write_text(textwrap.dedent(BARE))
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYWEFT_")}
         pyweft = str(Path(sys.executable).parent / "pyweft")
-        proc = subprocess.Popen(
-            [pyweft, "serve", "benchapp:engine", "--port", str(port)],
-            cwd=tmp,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            asyncio.run(measure(port, proc, args))
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(60)
+        # Each generator gets a fresh server and database, so that no phase pays for the
+        # runs an earlier one left in memory.
+        for i, name in enumerate(args.load):
+            env["BENCH_DB"] = str(tmp / f"{name}.db")
+            with served([pyweft, "serve", "benchapp:engine"], tmp, env) as (port, proc):
+                asyncio.run(measure(port, proc, args, name, first=i == 0))
         if args.no_ceiling:
             return
-        (tmp / "bareapp.py").write_text(textwrap.dedent(BARE))
-        port = free_port()
-        bare = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "bareapp:app", "--port", str(port)],
-            cwd=tmp,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            asyncio.run(ceiling(port, bare, args))
-        finally:
-            bare.send_signal(signal.SIGTERM)
-            bare.wait(60)
+        for name in args.load:
+            with served([sys.executable, "-m", "uvicorn", "bareapp:app"], tmp, env) as (
+                port,
+                proc,
+            ):
+                asyncio.run(ceiling(port, proc, args, name))
 
 
 if __name__ == "__main__":
