@@ -21,9 +21,10 @@ fresh database, then from this process:
   the latency phase), with the same body as ``Client.start("waits")``: the server
   picks a fresh id for each, so every request creates a run. Each line also prints the
   server's CPU per start (user + system time of the server process from /proc, over
-  the load phase, divided by the runs the store gained), the load generator's CPU per
-  start, and the load average: the CPU figures move far less with the machine's load
-  than the rates do.
+  the load phase, divided by the runs the store gained; and of its event-loop thread
+  alone, which every request needs while the store's threads run beside it), the
+  load generator's CPU per start, and the load average: the CPU figures move far
+  less with the machine's load than the rates do.
 
 Then the same generators drive a bare Starlette ``POST`` on uvicorn (the ceiling: what
 uvicorn and the generator allow on this machine before pyweft does any work).
@@ -126,9 +127,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` (all its threads), from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def cpu_s(pid: int, tid: int | None = None) -> float:
+    """User + system CPU seconds of process ``pid`` (all its threads), or of its thread
+    ``tid`` alone, from /proc."""
+    stat = Path(f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat")
+    fields = stat.read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -282,9 +285,9 @@ async def stored_runs(url: str) -> int:
 async def drive(name: str, port: int, pid: int, args: argparse.Namespace, *, ceiling: bool) -> None:
     url = f"http://127.0.0.1:{port}"
     before = 0 if ceiling else await stored_runs(url)
-    cpu0 = cpu_s(pid)
+    cpu0, loop0 = cpu_s(pid), cpu_s(pid, pid)  # the main thread runs the event loop
     load = await LOADS[name](port, args.starts, args.clients, args.wrk_seconds)
-    server_cpu = cpu_s(pid) - cpu0
+    server_cpu, loop_cpu = cpu_s(pid) - cpu0, cpu_s(pid, pid) - loop0
     made = load.requests if ceiling else await stored_runs(url) - before
     what = "requests" if ceiling else "runs"
     label = (
@@ -296,7 +299,8 @@ async def drive(name: str, port: int, pid: int, args: argparse.Namespace, *, cei
         f"{label}: {load.requests / load.seconds:,.0f} {what}/s "
         f"({load.requests} in {load.seconds:.2f} s, {load.errors} errors); "
         f"CPU per {what[:-1]}: server {server_cpu / max(made, 1) * 1e6:,.0f} µs "
-        f"({server_cpu / load.seconds:.0%} of a core), "
+        f"({server_cpu / load.seconds:.0%} of a core; event-loop thread "
+        f"{loop_cpu / max(made, 1) * 1e6:,.0f} µs), "
         f"{name} {load.generator_cpu_s / max(load.requests, 1) * 1e6:,.0f} µs; "
         f"{load_average()}",
         flush=True,
