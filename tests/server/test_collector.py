@@ -63,6 +63,15 @@ def test_a_disabled_collector_is_left_off(default_collector: tuple[int, int, int
     assert not gc.isenabled()
 
 
+def test_a_zero_threshold_keeps_automatic_collection_off(
+    default_collector: tuple[int, int, int],
+) -> None:
+    gc.set_threshold(0)
+    with server_gc_threshold():
+        assert gc.get_threshold()[0] == 0
+    assert gc.get_threshold()[0] == 0
+
+
 def test_a_threshold_changed_while_serving_is_not_undone(
     default_collector: tuple[int, int, int],
 ) -> None:
