@@ -186,6 +186,9 @@ class WorkflowDefinition:
     result_type: object = Any
     retention: dict[str, float] | None = None  # seconds per terminal status
     signature: inspect.Signature | None = None
+    # (least, most) positional arguments ``signature`` binds, the context included (most
+    # None: no limit); None when a count alone cannot tell. Spares a bind per start.
+    arity: tuple[int, int | None] | None = None
     max_history_steps: int | None = None  # None: the engine's limit
     schedule: str | None = None  # a cron expression: the engine keeps a schedule for it
     timezone: str = "UTC"  # the zone ``schedule`` is read in
@@ -198,6 +201,10 @@ class WorkflowDefinition:
         """
         if self.signature is None:
             return
+        if self.arity is not None:
+            least, most = self.arity
+            if least <= len(args) + 1 and (most is None or len(args) + 1 <= most):
+                return  # binds, as Signature.bind would say; it words the refusal below
         try:
             self.signature.bind(None, *args)  # None stands for the context
         except TypeError as exc:
@@ -490,6 +497,7 @@ def workflow(
             d = activity_definition_of(a)
             acts[d.name] = d
         param_types, result_type, _ = call_types(f, skip_first=True)
+        signature = _signature(f)
         definition = WorkflowDefinition(
             name=_check_name(name or f.__name__, "workflow"),
             fn=f,
@@ -498,7 +506,8 @@ def workflow(
             param_types=param_types,
             result_type=result_type,
             retention=kept,
-            signature=_signature(f),
+            signature=signature,
+            arity=positional_arity(signature),
             max_history_steps=max_history_steps,
             schedule=cron,
             timezone=zone,
@@ -528,6 +537,24 @@ def _signature(f: Callable[..., Any]) -> inspect.Signature:
         return inspect.signature(f, eval_str=True)
     except Exception:
         return inspect.signature(f)
+
+
+def positional_arity(signature: inspect.Signature) -> tuple[int, int | None] | None:
+    """How many positional arguments ``signature`` binds: ``(least, most)``, ``most``
+    None with ``*args``; None when a keyword-only parameter without a default makes
+    every positional call fail (a count cannot say so)."""
+    least = most = 0
+    unbounded = False
+    for param in signature.parameters.values():
+        if param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
+            most += 1
+            if param.default is param.empty:
+                least = most  # required ones come before any with a default
+        elif param.kind is param.VAR_POSITIONAL:
+            unbounded = True
+        elif param.kind is param.KEYWORD_ONLY and param.default is param.empty:
+            return None
+    return least, None if unbounded else most
 
 
 def _check_context_parameter(f: Callable[..., Any], first: inspect.Parameter) -> None:

@@ -138,3 +138,19 @@ def test_sigterm_ends_open_event_feeds_and_exits_cleanly(app_dir: Path) -> None:
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err.decode()
     assert "Application shutdown complete" in err.decode()
+
+
+@pytest.mark.parametrize("flag", [None, "--no-access-log"])
+def test_the_access_log_is_on_unless_turned_off(app_dir: Path, flag: str | None) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = spawn(app_dir, "--port", str(port), *([flag] if flag else []))
+    try:
+        wait_up(url, proc)
+        assert httpx.get(f"{url}/api/v1/workflows").status_code == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err.decode()
+    logged = '"GET /api/v1/workflows HTTP/1.1" 200' in out.decode()  # uvicorn: stdout
+    assert logged == (flag is None), out.decode()

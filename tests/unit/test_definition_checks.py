@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any
 
@@ -16,7 +17,7 @@ from pyweft import (
     activity,
     workflow,
 )
-from pyweft.definitions import activity_definition_of
+from pyweft.definitions import activity_definition_of, positional_arity, workflow_definition_of
 from pyweft.engine.messages.reviews import Escalation
 from pyweft.engine.replay.keys import check_text
 
@@ -177,3 +178,44 @@ def test_escalation_targets_must_be_a_list_of_names() -> None:
     with pytest.raises(InvalidDurationError, match="escalation after"):
         Escalation.parse({"after": math.inf, "action": "auto-approve"})
     assert Escalation.parse({"after": "1h", "to": ["lead"]}).to == ("lead",)
+
+
+def _sig_a(ctx, x): ...  # type: ignore[no-untyped-def]
+def _sig_b(ctx, x, y=1, *, z=2): ...  # type: ignore[no-untyped-def]
+def _sig_c(ctx, *args): ...  # type: ignore[no-untyped-def]
+def _sig_d(ctx, x, /, y, *rest, k=0, **kw): ...  # type: ignore[no-untyped-def]
+def _sig_e(ctx, *, k): ...  # type: ignore[no-untyped-def]
+def _sig_f(*args): ...  # type: ignore[no-untyped-def]
+def _sig_g(ctx, a=1, b=2): ...  # type: ignore[no-untyped-def]
+
+
+@pytest.mark.parametrize("fn", [_sig_a, _sig_b, _sig_c, _sig_d, _sig_e, _sig_f, _sig_g])
+def test_positional_arity_agrees_with_signature_bind(fn: Any) -> None:
+    signature = inspect.signature(fn)
+    arity = positional_arity(signature)
+    for count in range(6):  # the context included
+        try:
+            signature.bind(*range(count))
+            binds = True
+        except TypeError:
+            binds = False
+        if arity is None:
+            assert not binds  # only a required keyword-only parameter gives no arity
+            continue
+        least, most = arity
+        assert binds == (least <= count and (most is None or count <= most)), count
+
+
+def test_a_start_with_the_wrong_number_of_arguments_is_still_refused_with_the_reason() -> None:
+    @workflow
+    async def two(ctx: WorkflowContext, a: int, b: int = 0) -> None:
+        return None
+
+    definition = workflow_definition_of(two)
+    assert definition is not None
+    assert definition.arity == (2, 3)
+    definition.check_arguments((1,))
+    definition.check_arguments((1, 2))
+    for args in ((), (1, 2, 3)):
+        with pytest.raises(InvalidArgumentError, match="cannot be started with"):
+            definition.check_arguments(args)

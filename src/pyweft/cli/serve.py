@@ -62,6 +62,13 @@ def serve(
             "--dashboard/--no-dashboard", help="Serve the web dashboard at / (on by default)."
         ),
     ] = True,
+    access_log: Annotated[
+        bool,
+        typer.Option(
+            "--access-log/--no-access-log",
+            help="Log one line per request on uvicorn.access (on by default).",
+        ),
+    ] = True,
     ssl_certfile: Annotated[str | None, typer.Option(help="TLS certificate (PEM).")] = None,
     ssl_keyfile: Annotated[str | None, typer.Option(help="TLS private key (PEM).")] = None,
 ) -> None:
@@ -76,6 +83,8 @@ def serve(
         bad_parameter(f"--auth must be 'keys' or 'none', not {auth!r}")
     engine = load_engine(target)
     options: dict[str, Any] = {}
+    if not access_log:  # about 10 µs of the server's CPU per request when on
+        options["access_log"] = False
     if ssl_certfile:
         options["ssl_certfile"] = ssl_certfile
     if ssl_keyfile:

@@ -110,11 +110,12 @@ def _endpoint_route(ep: Endpoint, state: ServerState) -> Route:
             state.metrics.observe(ep.path, ep.method, status, time.perf_counter() - started)
 
     async def answer(request: Request) -> Response:
-        if request.method != "GET" and not origin_allowed(
-            request.headers.get("origin"), request.headers.get("host"), state.cors
+        origin = request.headers.get("origin") if request.method != "GET" else None
+        if origin is not None and not origin_allowed(
+            origin, request.headers.get("host"), state.cors
         ):
             raise PermissionDeniedError(
-                f"cross-origin {request.method} from {request.headers.get('origin')!r} is not "
+                f"cross-origin {request.method} from {origin!r} is not "
                 "allowed; add the origin to the server's CORS configuration"
             )
         found = await state.authenticator.principal(request)
@@ -129,7 +130,8 @@ def _endpoint_route(ep: Endpoint, state: ServerState) -> Route:
                         f"{state.limiter.window_s:g}s reached; retry in {wait:.1f}s",
                         retry_after_s=wait,
                     )
-            state.authenticator.decide(found, ep.scopes, request.method, request.url.path)
+            if state.authenticator.enabled:  # an open server decides nothing: skip the URL
+                state.authenticator.decide(found, ep.scopes, request.method, request.url.path)
         body = await read_json(request, state.max_body_bytes) if ep.body is not None else None
         call = Call(
             request=request, engine=state.engine, principal=found[0], state=state, _body=body

@@ -4,6 +4,8 @@ engine's own gauges and metrics (``engine.metrics_text()``). Served at
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from pyweft import Engine
@@ -12,6 +14,7 @@ from pyweft import Engine
 class ServerMetrics:
     def __init__(self, engine: Engine) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         self._engine = engine
         self.requests = Counter(
             "pyweft_http_requests",
@@ -34,8 +37,17 @@ class ServerMetrics:
         )
 
     def observe(self, route: str, method: str, status: int, seconds: float) -> None:
-        self.requests.labels(route, method, str(status)).inc()
-        self.latency.labels(route, method).observe(seconds)
+        # labels() takes a lock and builds its key on every call; the children of one
+        # (route, method, status) never change, so each is looked up once.
+        key = (route, method, status)
+        children = self._children.get(key)
+        if children is None:
+            children = self._children[key] = (
+                self.requests.labels(route, method, str(status)),
+                self.latency.labels(route, method),
+            )
+        children[0].inc()
+        children[1].observe(seconds)
         if status in (401, 403):
             self.auth_failures.labels(str(status)).inc()
 

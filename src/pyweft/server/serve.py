@@ -19,6 +19,7 @@ from typing import Any
 from pyweft import ConfigurationError, Engine
 from pyweft.server.app import RateLimit, create_app
 from pyweft.server.auth import ServerAuth
+from pyweft.server.collector import server_gc_threshold
 from pyweft.server.cors import CorsConfig
 
 log = logging.getLogger("pyweft.server")
@@ -63,20 +64,22 @@ async def serve(
     import uvicorn
 
     check_exposure(host, auth, allow_unauthenticated)
-    async with engine:
-        app = create_app(engine, auth=auth, cors=cors, rate_limit=rate_limit, dashboard=dashboard)
-        config = uvicorn.Config(
-            app,
-            host=host,
-            port=port,
-            lifespan="on",
-            timeout_graceful_shutdown=graceful_s,
-            ws_max_size=1024 * 1024,
-            log_level="info",
-            **(uvicorn_options or {}),
-        )
-        journal = app.state.pyweft.journal
-        await _Server(config, on_exit=journal.end_feeds).serve()
+    config: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "lifespan": "on",
+        "timeout_graceful_shutdown": graceful_s,
+        "ws_max_size": 1024 * 1024,
+        "log_level": "info",
+        **(uvicorn_options or {}),
+    }
+    with server_gc_threshold():  # the process's collector, for the server's lifetime
+        async with engine:
+            app = create_app(
+                engine, auth=auth, cors=cors, rate_limit=rate_limit, dashboard=dashboard
+            )
+            journal = app.state.pyweft.journal
+            await _Server(uvicorn.Config(app, **config), on_exit=journal.end_feeds).serve()
 
 
 def _server_class() -> Any:
