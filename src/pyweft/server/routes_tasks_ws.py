@@ -4,7 +4,7 @@ A worker in any language opens the socket with an API key (scope
 ``workers:write``; ``Authorization: Bearer`` or ``X-API-Key`` on the upgrade
 request, never inside frames), registers, and gets ``task`` frames for attempts
 the server claims from the store in its name (see :mod:`.task_hub`,
-:mod:`.task_session`). Every frame is checked against :mod:`.task_protocol`
+:mod:`.task_session`). Every frame is checked against :mod:`pyweft.worker.protocol`
 before it is acted on: a bad one gets a ``protocolError`` and the socket is
 closed (1002, or 1009 for an oversized frame) with nothing stored.
 ``GET /api/v1/tasks/protocol`` (public) serves the protocol's JSON Schema.
@@ -13,6 +13,7 @@ closed (1002, or 1009 for an oversized frame) with nothing stored.
 from __future__ import annotations
 
 import logging
+from importlib import resources
 from typing import Any
 
 from starlette.requests import Request
@@ -23,10 +24,10 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from pyweft import PermissionDeniedError, PyweftError
 from pyweft.engine.tasks.records import check_queue
 from pyweft.server import faults
-from pyweft.server import task_protocol as p
 from pyweft.server.cors import origin_allowed
 from pyweft.server.task_hub import TaskHub, TaskStreamOptions
 from pyweft.server.task_session import Session
+from pyweft.worker import protocol as p
 
 log = logging.getLogger("pyweft.server.tasks")
 
@@ -41,7 +42,7 @@ class TaskStreams:
     def __init__(self, state: Any, options: TaskStreamOptions | None = None) -> None:
         self.state = state
         self.hub = TaskHub(state.engine, options or TaskStreamOptions())
-        self._schema = p.shipped_schema_text().encode()
+        self._schema = shipped_schema_text().encode()
 
     def routes(self, prefix: str) -> list[BaseRoute]:
         return [
@@ -154,3 +155,9 @@ async def _violation(ws: WebSocket, code: Any, message: str, *, close: int = 100
         await ws.close(code=close, reason=code)
     except Exception:  # the socket is already gone
         return
+
+
+def shipped_schema_text() -> str:
+    """The protocol's JSON Schema as shipped in the package (a test pins it to
+    :func:`pyweft.worker.protocol.protocol_schema`)."""
+    return resources.files("pyweft.server").joinpath("schemas/task-protocol.json").read_text()

@@ -26,8 +26,8 @@ from starlette.websockets import WebSocket
 from pyweft import ConfigurationError, Engine
 from pyweft.engine.tasks.broker import TaskBroker
 from pyweft.engine.tasks.doorbell import Unlisten
-from pyweft.server import task_protocol as p
 from pyweft.server.task_session import Session, TaskStreamEvent, new_event
+from pyweft.worker import protocol as p
 
 log = logging.getLogger("pyweft.server.tasks")
 

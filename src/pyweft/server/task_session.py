@@ -24,7 +24,7 @@ from starlette.websockets import WebSocket, WebSocketState
 
 from pyweft import PayloadError
 from pyweft.engine.tasks.broker import Held, TaskBroker, WorkerLiveness
-from pyweft.server import task_protocol as p
+from pyweft.worker import protocol as p
 
 if TYPE_CHECKING:
     from pyweft.server.task_hub import TaskHub

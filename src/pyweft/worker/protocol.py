@@ -2,16 +2,16 @@
 
 Every frame is a JSON object with a ``type``. The structs below are the only
 definition: the server decodes each incoming frame with them (a frame that does
-not fit is refused before anything is stored), and :func:`protocol_schema` derives
-the published JSON Schema from them (``schemas/task-protocol.json`` in the
-package, served at ``GET /api/v1/tasks/protocol``). See
+not fit is refused before anything is stored), ``RemoteWorker`` decodes the
+server's with them, and :func:`protocol_schema` derives the published JSON Schema
+(``pyweft/server/schemas/task-protocol.json`` in the package, served at
+``GET /api/v1/tasks/protocol``). See
 ``docs/guides/remote-workers.md`` for the conversation they make up.
 """
 
 from __future__ import annotations
 
 import json
-from importlib import resources
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -289,11 +289,6 @@ def protocol_schema() -> dict[str, Any]:
         "oneOf": [{"$ref": "#/$defs/WorkerFrame"}, {"$ref": "#/$defs/ServerFrame"}],
         "$defs": dict(sorted(defs.items())),
     }
-
-
-def shipped_schema_text() -> str:
-    """The schema file shipped in the package (a test pins it to :func:`protocol_schema`)."""
-    return resources.files("pyweft.server").joinpath("schemas/task-protocol.json").read_text()
 
 
 def render_schema() -> str:
