@@ -266,7 +266,14 @@ class Session:
                 if self.held.pop(held.id, None) is not None:
                     await self.broker.hand_back(held)
             return False
-        self.hub.emit("task", self.worker_id, held.id, activity=task.activity, attempt=task.attempt)
+        self.hub.emit(
+            "task",
+            self.worker_id,
+            held.id,
+            activity=task.activity,
+            attempt=task.attempt,
+            workflow_id=task.workflow_id,
+        )
         return True
 
     async def _send_text(self, text: str) -> bool:
