@@ -22,6 +22,8 @@ _ledger: list[int] = []
 
 
 def note(kind: str) -> None:
+    if not _ledger and os.environ.get("REMOTE_LEDGER"):
+        _ledger.append(os.open(os.environ["REMOTE_LEDGER"], os.O_WRONLY | os.O_APPEND | os.O_CREAT))
     ctx = activity_context()
     line = f"{kind} {ctx.workflow_id}/{ctx.step} {ctx.attempt} {os.getpid()}\n"
     os.write(_ledger[0], line.encode())
