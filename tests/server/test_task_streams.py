@@ -329,3 +329,79 @@ async def test_a_silent_socket_is_closed_after_three_heartbeat_intervals(srv: Se
         frame = await w.expect("protocolError", timeout=5)
         assert frame["code"] == "heartbeat_timeout"
         assert await w.closed() == 1002
+
+
+async def test_a_reconnect_while_the_old_socket_looks_open_takes_the_session_over(
+    srv: Served,
+) -> None:
+    async with raw(srv.stream(), srv.token) as old:
+        ack = await old.register(["echo"], workerId="half-open", concurrency=1)
+        handle = await srv.engine.start(call_echo, "h")
+        task = await old.task()
+        held = [{"operationId": task["operationId"], "attemptToken": task["attemptToken"]}]
+        async with raw(srv.stream(), srv.token) as new:
+            ack2 = await new.register(
+                ["echo"],
+                workerId="half-open",
+                sessionId=ack["sessionId"],
+                inFlight=held,
+                concurrency=1,
+            )
+            assert ack2["resumed"] == [task["operationId"]]
+            assert await old.closed() == 1008  # replaced
+            second = await srv.engine.start(call_echo, "queued")
+            with pytest.raises(asyncio.TimeoutError):  # concurrency 1: its slot is taken
+                await new.task(timeout=0.5)
+            await new.send(
+                type="taskResult",
+                operationId=task["operationId"],
+                attemptToken=task["attemptToken"],
+                status="completed",
+                value="H",
+            )
+            await new.expect("resultAck")
+            assert await handle.result(timeout=5) == "H"
+            nxt = await new.task()
+            assert nxt["workflowId"] == second.id
+            await new.send(
+                type="taskResult",
+                operationId=nxt["operationId"],
+                attemptToken=nxt["attemptToken"],
+                status="completed",
+                value="Q",
+            )
+            assert await second.result(timeout=5) == "Q"
+    assert (await srv.engine.history(handle.id)).steps[0].attempts == 1
+
+
+async def test_a_server_shutdown_hands_cancelled_attempts_back_as_the_same_attempt(
+    srv: Served,
+) -> None:
+    async with raw(srv.stream(), srv.token) as w:
+        await w.register(["echo"], workerId="told-to-stop")
+        handle = await srv.engine.start(call_echo, "s")
+        task = await w.task()
+        stopping = asyncio.ensure_future(srv.hub.shutdown(timeout_s=5, worker_id="told-to-stop"))
+        frame = await w.expect("shutdown")
+        assert frame["drainTimeoutMs"] == 5000
+        await w.send(
+            type="taskResult",
+            operationId=task["operationId"],
+            attemptToken=task["attemptToken"],
+            status="cancelled",
+        )
+        await w.expect("resultAck")
+        await w.ws.close()
+        await asyncio.wait_for(stopping, 10)
+    assert srv.hub.sessions == {}
+    assert await srv.engine.workers(include_gone=True) == []  # its record is gone
+    async with Worker(srv.engine.storage, activities=[echo], queues=[QUEUE], poll_interval=0.05):
+        assert await handle.result(timeout=5) == "s"
+    assert (await srv.engine.history(handle.id)).steps[0].attempts == 1
+
+
+async def test_a_worker_that_leaves_holding_nothing_ends_its_session_at_once(srv: Served) -> None:
+    async with raw(srv.stream(), srv.token) as w:
+        await w.register(["echo"], workerId="brief")
+    await eventually(lambda: srv.hub.sessions == {}, what="the session to end")
+    assert await srv.engine.workers(include_gone=True) == []

@@ -164,6 +164,9 @@ class TaskHub:
         for s in targets:
             s.shutting_down = True
             self.emit("shutdown", s.worker_id, reason=reason)
+            if not s.attached:  # gone already, and no reconnect is accepted now
+                await s.end(f"worker {s.worker_id!r} was disconnected at {reason}", hand_back=False)
+                continue
             await s.send(p.Shutdown(reason=reason, drain_timeout_ms=round(timeout_s * 1000)))
         waits = [asyncio.ensure_future(s.ended_event.wait()) for s in targets]
         if waits:
@@ -256,7 +259,7 @@ class TaskHub:
     ) -> Session:
         old = session.ws
         if old is not None:  # a half-open socket the worker gave up on: replaced
-            session.ws = None
+            await session.detach_for_takeover()
             with contextlib.suppress(Exception):
                 await old.close(code=1008, reason="replaced by a reconnect")
         session.configure(frame, path_queue)

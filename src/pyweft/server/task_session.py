@@ -133,6 +133,11 @@ class Session:
         else:
             self._grace = asyncio.get_running_loop().create_task(self._grace_then_abandon(grace_s))
 
+    async def detach_for_takeover(self) -> None:
+        """A reconnect replaces a socket the server still thinks open: stop using it."""
+        self.ws = None
+        await self._stop_claiming()
+
     async def _grace_then_abandon(self, grace_s: float) -> None:
         await asyncio.sleep(grace_s)
         if self.ws is None and not self.ended:
@@ -144,9 +149,12 @@ class Session:
             await self.end(why, hand_back=False)
 
     async def _stop_claiming(self) -> None:
+        """Let the claim loop see that its socket is gone and finish: not cancelled, so a
+        claim it is writing is not lost between the store and ``held`` (what it claims
+        then cannot be sent and goes straight back)."""
         claimer, self._claimer = self._claimer, None
         if claimer is not None and claimer is not asyncio.current_task():
-            claimer.cancel()
+            self._kick.set()
             await asyncio.gather(claimer, return_exceptions=True)
 
     async def end(self, why: str, *, hand_back: bool) -> None:
@@ -192,7 +200,8 @@ class Session:
     # --- claiming ---------------------------------------------------------------------
 
     async def _claim_loop(self) -> None:
-        while self.ws is not None and not self.ended:
+        ws = self.ws
+        while self.ws is ws and ws is not None and not self.ended:
             got = 0
             if self.can_claim:
                 try:

@@ -354,6 +354,8 @@ class RemoteWorker:
 
         while True:
             ws = self._ws
+            if ws is None:
+                return
             try:
                 async for text in ws:
                     await self._on_frame(text)
