@@ -80,6 +80,16 @@ class Raw:
     async def send(self, **frame: Any) -> None:
         await self.ws.send(json.dumps(frame))
 
+    async def reply(self, task: dict[str, Any], status: str, **fields: Any) -> None:
+        """Send the ``taskResult`` of ``task`` (its operation id and attempt token)."""
+        await self.send(
+            type="taskResult",
+            operationId=task["operationId"],
+            attemptToken=task["attemptToken"],
+            status=status,
+            **fields,
+        )
+
     async def recv(self, timeout: float = 5.0) -> dict[str, Any]:
         text = await asyncio.wait_for(self.ws.recv(), timeout)
         frame: dict[str, Any] = json.loads(text)

@@ -139,13 +139,7 @@ async def test_the_task_frame_carries_the_attempt_and_a_completed_result_is_stor
         assert task["input"] == [{"a": [1, "b"]}]
         assert (task["attempt"], task["workflowId"], task["queue"]) == (1, handle.id, QUEUE)
         assert task["visibilityTimeoutMs"] == 30_000
-        await w.send(
-            type="taskResult",
-            operationId=task["operationId"],
-            attemptToken=task["attemptToken"],
-            status="completed",
-            value={"done": True},
-        )
+        await w.reply(task, "completed", value={"done": True})
         ack2 = await w.expect("resultAck")
         assert ack2["operationId"] == task["operationId"]
         assert await handle.result(timeout=5) == {"done": True}
@@ -168,13 +162,7 @@ async def test_a_result_with_the_wrong_token_is_refused_and_nothing_is_stored(sr
         assert await srv.results_stored() == []
         raw_task = await srv.engine.storage.get(tr.task_key(task["operationId"]))
         assert raw_task is not None  # still held, by this worker
-        await w.send(
-            type="taskResult",
-            operationId=task["operationId"],
-            attemptToken=task["attemptToken"],
-            status="completed",
-            value="real",
-        )
+        await w.reply(task, "completed", value="real")
         await w.expect("resultAck")
         assert await handle.result(timeout=5) == "real"
 
@@ -186,13 +174,7 @@ async def test_a_malformed_result_closes_the_socket_and_stores_nothing_and_a_rec
         ack = await w.register(["echo"], workerId="resumer")
         handle = await srv.engine.start(call_echo, 7)
         task = await w.task()
-        await w.send(
-            type="taskResult",
-            operationId=task["operationId"],
-            attemptToken=task["attemptToken"],
-            status="failed",
-            error={"type": "NoMessage"},  # message is required
-        )
+        await w.reply(task, "failed", error={"type": "NoMessage"})  # message is required
         assert (await w.expect("protocolError"))["code"] == "invalid_message"
         assert await w.closed() == 1002
     assert await srv.results_stored() == []
@@ -204,13 +186,7 @@ async def test_a_malformed_result_closes_the_socket_and_stores_nothing_and_a_rec
         )
         assert ack2["sessionId"] == ack["sessionId"]
         assert ack2["resumed"] == [task["operationId"]]
-        await w2.send(
-            type="taskResult",
-            operationId=task["operationId"],
-            attemptToken=task["attemptToken"],
-            status="completed",
-            value=8,
-        )
+        await w2.reply(task, "completed", value=8)
         await w2.expect("resultAck")
     assert await handle.result(timeout=5) == 8
     history = await srv.engine.history(handle.id)
@@ -260,13 +236,7 @@ async def test_a_worker_that_rejects_a_task_hands_it_to_another(srv: Served) -> 
         await w.register(["echo"], workerId="rejecter")
         handle = await srv.engine.start(call_echo, "y")
         task = await w.task()
-        await w.send(
-            type="taskResult",
-            operationId=task["operationId"],
-            attemptToken=task["attemptToken"],
-            status="rejected",
-            error="echo is broken here",
-        )
+        await w.reply(task, "rejected", error="echo is broken here")
         await w.expect("resultAck")
         async with Worker(
             srv.engine.storage, activities=[echo], queues=[QUEUE], poll_interval=0.05
@@ -283,13 +253,7 @@ async def test_a_cancelled_run_sends_cancel_and_a_late_result_is_refused(srv: Se
         await srv.engine.cancel(handle.id)
         cancel = await w.expect("cancel")
         assert cancel["operationId"] == task["operationId"]
-        await w.send(
-            type="taskResult",
-            operationId=task["operationId"],
-            attemptToken=task["attemptToken"],
-            status="completed",
-            value="late",
-        )
+        await w.reply(task, "completed", value="late")
         refused = await w.expect("resultRejected")
         assert refused["code"] == "stale" and "no longer" in refused["message"]
         assert await srv.results_stored() == []
@@ -313,13 +277,7 @@ async def test_remote_workers_are_listed_and_an_operator_drain_stops_new_tasks(
             await w.task(timeout=0.8)
         await srv.engine.resume_worker("drainable")
         task = await w.task()
-        await w.send(
-            type="taskResult",
-            operationId=task["operationId"],
-            attemptToken=task["attemptToken"],
-            status="completed",
-            value="now",
-        )
+        await w.reply(task, "completed", value="now")
         assert await handle.result(timeout=5) == "now"
 
 
@@ -352,24 +310,12 @@ async def test_a_reconnect_while_the_old_socket_looks_open_takes_the_session_ove
             second = await srv.engine.start(call_echo, "queued")
             with pytest.raises(asyncio.TimeoutError):  # concurrency 1: its slot is taken
                 await new.task(timeout=0.5)
-            await new.send(
-                type="taskResult",
-                operationId=task["operationId"],
-                attemptToken=task["attemptToken"],
-                status="completed",
-                value="H",
-            )
+            await new.reply(task, "completed", value="H")
             await new.expect("resultAck")
             assert await handle.result(timeout=5) == "H"
             nxt = await new.task()
             assert nxt["workflowId"] == second.id
-            await new.send(
-                type="taskResult",
-                operationId=nxt["operationId"],
-                attemptToken=nxt["attemptToken"],
-                status="completed",
-                value="Q",
-            )
+            await new.reply(nxt, "completed", value="Q")
             assert await second.result(timeout=5) == "Q"
     assert (await srv.engine.history(handle.id)).steps[0].attempts == 1
 
@@ -384,12 +330,7 @@ async def test_a_server_shutdown_hands_cancelled_attempts_back_as_the_same_attem
         stopping = asyncio.ensure_future(srv.hub.shutdown(timeout_s=5, worker_id="told-to-stop"))
         frame = await w.expect("shutdown")
         assert frame["drainTimeoutMs"] == 5000
-        await w.send(
-            type="taskResult",
-            operationId=task["operationId"],
-            attemptToken=task["attemptToken"],
-            status="cancelled",
-        )
+        await w.reply(task, "cancelled")
         await w.expect("resultAck")
         await w.ws.close()
         await asyncio.wait_for(stopping, 10)

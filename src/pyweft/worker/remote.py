@@ -33,14 +33,13 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from pyweft.codec import DefaultPayloadCodec, PayloadCodec
-from pyweft.definitions import ActivityDefinition, Duration, activity_definition_of
+from pyweft.definitions import Duration
 from pyweft.durations import parse_duration
 from pyweft.engine.steps.activity_context import ActivityContext
 from pyweft.engine.tasks import records as tr
 from pyweft.errors import (
     AuthenticationError,
     ConfigurationError,
-    InvalidArgumentError,
     PermissionDeniedError,
     PyweftError,
     ServerError,
@@ -48,6 +47,7 @@ from pyweft.errors import (
 from pyweft.observability.interceptors import Interceptor
 from pyweft.observability.worker_side import activity_chain
 from pyweft.worker import protocol as p
+from pyweft.worker.config import activity_table, check_concurrency, check_queues
 from pyweft.worker.runner import run_task
 
 log = logging.getLogger("pyweft.worker")
@@ -104,24 +104,9 @@ class RemoteWorker:
         codec: PayloadCodec | None = None,
         interceptors: Iterable[Interceptor] = (),
     ) -> None:
-        if isinstance(queues, str):
-            raise ConfigurationError(f"queues must be a list of names, got {queues!r}")
-        try:
-            self.queues = tuple(
-                dict.fromkeys(tr.check_queue(q, field="each of queues") for q in queues)
-            )
-        except InvalidArgumentError as exc:
-            raise ConfigurationError(str(exc)) from None
-        if not self.queues:
-            raise ConfigurationError("queues must name at least one queue to serve")
-        if type(concurrency) is not int or not 1 <= concurrency <= 1000:
-            raise ConfigurationError(f"concurrency must be an int in 1..1000, got {concurrency!r}")
-        if callable(activities) or isinstance(activities, str):
-            raise ConfigurationError("activities must be a list of functions")
-        self._activities: dict[str, ActivityDefinition] = {}
-        for fn in activities:
-            act = activity_definition_of(fn)
-            self._activities[act.name] = act
+        self.queues = check_queues(queues)
+        check_concurrency(concurrency)
+        self._activities = activity_table(activities)
         if not self._activities:
             raise ConfigurationError("activities must name at least one @activity function")
         self.url = stream_url(url, self.queues[0])
