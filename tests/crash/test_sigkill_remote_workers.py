@@ -55,7 +55,7 @@ async def serving(tmp: Path, grace_s: float) -> AsyncIterator[tuple[Engine, Task
     async with Engine(url, workflows=[linger_once], serve_queues=[], poll_interval=0.05) as eng:
         _, token = await ApiKeyStore(eng.storage).create(subject="w", scopes=["workers:write"])
         options = TaskStreamOptions(
-            reconnect_grace_s=grace_s, heartbeat_interval_s=0.3, poll_interval_s=0.05
+            reconnect_grace_s=grace_s, heartbeat_interval_s=0.5, poll_interval_s=0.05
         )
         app = create_app(eng, auth=ServerAuth(), task_streams=options)
         async with serve_app(app) as base:

@@ -22,7 +22,7 @@ from .live import serve_app
 
 QUEUE = "remote"
 OPTIONS = TaskStreamOptions(
-    reconnect_grace_s=1.0, heartbeat_interval_s=0.3, poll_interval_s=0.05, shutdown_timeout_s=5
+    reconnect_grace_s=1.0, heartbeat_interval_s=0.5, poll_interval_s=0.05, shutdown_timeout_s=5
 )
 
 

@@ -132,7 +132,7 @@ async def test_the_task_frame_carries_the_attempt_and_a_completed_result_is_stor
     async with raw(srv.stream(), srv.token) as w:
         ack = await w.register(["echo"], concurrency=2)
         assert ack["queues"] == [QUEUE] and ack["concurrency"] == 2
-        assert ack["heartbeatIntervalMs"] == 300 and ack["reconnectGraceMs"] == 1000
+        assert ack["heartbeatIntervalMs"] == 500 and ack["reconnectGraceMs"] == 1000
         handle = await srv.engine.start(call_echo, {"a": [1, "b"]})
         task = await w.task()
         assert task["activityName"] == "echo"

@@ -46,7 +46,7 @@ from pyweft.server.task_session import TaskStreamEvent
 from pyweft.worker import protocol as p
 
 OPTIONS = TaskStreamOptions(
-    reconnect_grace_s=0.5, heartbeat_interval_s=0.25, shutdown_timeout_s=10.0, poll_interval_s=0.1
+    reconnect_grace_s=0.5, heartbeat_interval_s=0.5, shutdown_timeout_s=10.0, poll_interval_s=0.1
 )
 
 
