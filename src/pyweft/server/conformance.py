@@ -113,7 +113,9 @@ class Harness:
             )
             app = create_app(engine, auth=ServerAuth(), task_streams=OPTIONS)
             self.hub = app.state.pyweft_tasks
-            sock = socket.socket()
+            # asyncio turns Nagle off (TCP_NODELAY) only on sockets whose proto is TCP: with
+            # socket.socket() a frame written right after another waits ~40 ms for an ACK.
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
             server = uvicorn.Server(

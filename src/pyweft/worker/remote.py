@@ -230,7 +230,10 @@ class RemoteWorker:
 
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         try:
-            ws = await connect(self.url, additional_headers=headers, max_size=None)
+            # Frames are small JSON: compressing each costs more CPU than it saves.
+            ws = await connect(
+                self.url, additional_headers=headers, max_size=None, compression=None
+            )
         except InvalidStatus as exc:
             status = exc.response.status_code
             text = exc.response.body.decode(errors="replace") if exc.response.body else ""
