@@ -117,7 +117,12 @@ class CuttingProxy:
         self.server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
         return int(self.server.sockets[0].getsockname()[1])
 
+    refusing = False  # while set, new connections are dropped at once
+
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.refusing:
+            writer.transport.abort()
+            return
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
         self.writers += [writer, up_writer]
 
@@ -176,3 +181,42 @@ async def test_a_remote_worker_whose_connection_drops_reconnects_and_keeps_its_a
         assert (step.status, step.attempts) == ("completed", 1)
         assert [(ln[0], ln[2]) for ln in lines(ledger)] == [("BEGIN", "1"), ("END", "1")]
         assert not any(e.kind == "abandoned" for e in hub.events)
+
+
+async def test_a_worker_that_comes_back_after_the_grace_loses_its_attempt_to_a_retry(
+    tmp_path: Path,
+) -> None:
+    ledger = tmp_path / "ledger"
+    async with serving(tmp_path, grace_s=0.5) as (eng, hub, base, token):
+        proxy = CuttingProxy(int(base.rsplit(":", 1)[1]))
+        port = await proxy.start()
+        proc = spawn(tmp_path, f"http://127.0.0.1:{port}", token, ledger, "remote")
+        try:
+            handle = await eng.start(linger_once, 3, id="back-too-late")
+            await eventually(
+                lambda: any(ln[0] == "BEGIN" for ln in lines(ledger)),
+                timeout=30,
+                what="the remote worker to begin the attempt",
+            )
+            proxy.refusing = True
+            proxy.cut()
+            abandoned = await hub.wait_for(lambda e: e.kind == "abandoned", timeout=10)
+            assert abandoned is not None  # the grace passed: attempt 1 failed
+            proxy.refusing = False  # the worker gets through with its stale session id
+            assert await handle.result(timeout=30) == 103
+            proc.send_signal(signal.SIGTERM)
+            assert await asyncio.to_thread(proc.wait, 20) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            await proxy.close()
+        (step,) = (await eng.history(handle.id)).steps
+        assert (step.status, step.attempts, step.result) == ("completed", 2, 103)
+        # Attempt 1 was cancelled on the worker when it came back (no END); attempt 2 ran.
+        assert [(ln[0], ln[2]) for ln in lines(ledger)] == [
+            ("BEGIN", "1"),
+            ("BEGIN", "2"),
+            ("END", "2"),
+        ]
+        assert [e.kind for e in hub.events].count("registered") == 2  # a new session

@@ -247,9 +247,10 @@ class RemoteWorker:
             raise ServerError(
                 f"the task stream answered HTTP {status}: {text}", status=status
             ) from None
-        except (OSError, TimeoutError) as exc:
+        except Exception as exc:  # refused, reset, or not a WebSocket answer
             raise ServerError(
-                f"cannot reach the task stream at {self.url}: {exc}", status=0
+                f"cannot reach the task stream at {self.url}: {type(exc).__name__}: {exc}",
+                status=0,
             ) from exc
         held = [
             p.HeldAttempt(operation_id=op, attempt_token=job.frame.attempt_token)
@@ -259,21 +260,18 @@ class RemoteWorker:
             for op, r in self._unacked.items()
             if op not in self._jobs
         ]
-        await ws.send(
-            p.encode(
-                p.Register(
-                    protocol_version=p.PROTOCOL_VERSION,
-                    activities=sorted(self._activities),
-                    concurrency=self.concurrency,
-                    worker_id=self.id,
-                    session_id=self.session_id,
-                    queues=list(self.queues[1:]),
-                    in_flight=held,
-                    sdk=SDK,
-                )
-            )
+        register = p.Register(
+            protocol_version=p.PROTOCOL_VERSION,
+            activities=sorted(self._activities),
+            concurrency=self.concurrency,
+            worker_id=self.id,
+            session_id=self.session_id,
+            queues=list(self.queues[1:]),
+            in_flight=held,
+            sdk=SDK,
         )
         try:
+            await ws.send(p.encode(register))
             reply = p.decode_server_frame(await ws.recv())
         except Exception as exc:
             with contextlib.suppress(Exception):
@@ -308,9 +306,14 @@ class RemoteWorker:
         delay = 0.05
         while not self._stopping and time.monotonic() < deadline:
             try:
+                before = self.session_id
                 await self._connect()
                 self.reconnects += 1
-                log.info("remote worker %s reconnected (session kept)", self.id)
+                log.info(
+                    "remote worker %s reconnected (%s)",
+                    self.id,
+                    "session kept" if self.session_id == before else "its old session was gone",
+                )
                 return True
             except (AuthenticationError, PermissionDeniedError):
                 raise
@@ -367,8 +370,8 @@ class RemoteWorker:
                     log.error("remote worker %s: could not reconnect; stopping", self.id)
                     self._stop_requested.set()
                     return
-            except PyweftError:
-                log.exception("remote worker %s: reconnect refused; stopping", self.id)
+            except Exception:
+                log.exception("remote worker %s: reconnecting failed for good; stopping", self.id)
                 self._stop_requested.set()
                 return
 
