@@ -218,7 +218,9 @@ class TaskHub:
         ):
             session = None
         if session is not None:
-            return await self._resume(session, ws, frame, path_queue)
+            session.cancel_grace()  # before any await: the grace must not end it meanwhile
+            if not session.ended:
+                return await self._resume(session, ws, frame, path_queue)
         worker_id = frame.worker_id or f"remote-{secrets.token_hex(6)}"
         if worker_id in self.sessions or worker_id in await self.broker.live_worker_ids():
             await refuse(

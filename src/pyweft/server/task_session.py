@@ -109,12 +109,16 @@ class Session:
             and len(self.held) < self.concurrency
         )
 
-    def attach(self, ws: WebSocket) -> None:
-        self.ws = ws
-        self.last_heartbeat = time.monotonic()
+    def cancel_grace(self) -> None:
+        """A reconnect is taking the session: its grace no longer runs out."""
         if self._grace is not None:
             self._grace.cancel()
             self._grace = None
+
+    def attach(self, ws: WebSocket) -> None:
+        self.ws = ws
+        self.last_heartbeat = time.monotonic()
+        self.cancel_grace()
         self._claimer = asyncio.get_running_loop().create_task(
             self._claim_loop(), name=f"pyweft-task-stream-{self.worker_id}"
         )
@@ -125,6 +129,8 @@ class Session:
             return  # already replaced by a reconnect
         self.ws = None
         await self._stop_claiming()
+        if self.ws is not None or self.ended:
+            return  # a reconnect took the session over meanwhile (or it ended)
         self.hub.emit("detached", self.worker_id, held=len(self.held))
         if self.shutting_down or not self.held:
             # Told to stop (what it still held did not run to the end: same attempt), or
@@ -435,6 +441,8 @@ class Session:
         return min(vis) if vis else None
 
     async def write_record(self) -> None:
+        if self.ended:
+            return
         was = self.drain_requested
         self.drain_requested = await self.broker.beat(
             WorkerLiveness(
@@ -453,6 +461,9 @@ class Session:
             )
         )
         self.last_record = time.monotonic()
+        if self.ended:  # it ended while the record was written: do not leave it behind
+            await self.broker.forget(self.worker_id)
+            return
         if was and not self.drain_requested:
             self.kick()
         self._shares = await self.broker.shares(self.worker_id, self.queues)

@@ -129,6 +129,7 @@ class RemoteWorker:
         self._stop_requested = asyncio.Event()  # what run() waits for
         self._stopped = asyncio.Event()  # set when stop() has finished
         self._shutdown_asked: float | None = None
+        self._refusal: str | None = None  # the code of the last registerError
         self._stopper: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()
         self.completed = 0
@@ -162,7 +163,17 @@ class RemoteWorker:
         """Connect and register; raises what the server refused (``AuthenticationError``,
         ``PermissionDeniedError``, ``ConfigurationError``) or ``ServerError``."""
         self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix="pyweft-remote")
-        await self._connect()
+        deadline = time.monotonic() + self._reconnect_s
+        while True:
+            try:
+                await self._connect()
+                break
+            except ConfigurationError:
+                # The same id may still be live for a moment: the session of this worker's
+                # previous process, in its reconnect grace. Anything else is final.
+                if self._refusal != "duplicate_worker_id" or time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.25)
         self._reader = asyncio.get_running_loop().create_task(
             self._serve(), name=f"pyweft-remote-worker-{self.id}"
         )
@@ -279,6 +290,7 @@ class RemoteWorker:
             raise ServerError(
                 f"the task stream closed during registration: {exc}", status=0
             ) from exc
+        self._refusal = reply.code if isinstance(reply, p.RegisterError) else None
         if isinstance(reply, p.RegisterError):
             raise ConfigurationError(
                 f"the server refused the registration ({reply.code}): {reply.message}"
