@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 import httpx
-import pytest
+
+from support.node import node_or_skip
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "guides" / "remote-workers.md"
@@ -77,11 +78,7 @@ def create_key(cwd: Path, env: dict[str, str], *scopes: str) -> str:
 
 
 def test_the_guide_s_app_and_both_workers_run_as_written(tmp_path: Path) -> None:
-    node = shutil.which("node")
-    if node is None:
-        if os.environ.get("PYWEFT_REQUIRE_NODE") == "1":
-            pytest.fail("PYWEFT_REQUIRE_NODE=1 but no `node` is on PATH")
-        pytest.skip("node is not installed")
+    node = node_or_skip()
     app, worker_py, _tuning = blocks("python")
     (worker_js,) = blocks("js")
     port = free_port()

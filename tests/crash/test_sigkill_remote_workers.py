@@ -16,8 +16,10 @@ from pathlib import Path
 
 from pyweft import Engine, Worker, WorkflowContext, workflow
 from pyweft.server import ServerAuth, create_app
+from pyweft.server.conformance_kit import WORKFLOWS, call_sleep
 from pyweft.server.keys import ApiKeyStore
 from pyweft.server.task_hub import TaskHub, TaskStreamOptions
+from support.node import node_or_skip
 from support.poll import eventually
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -220,3 +222,61 @@ async def test_a_worker_that_comes_back_after_the_grace_loses_its_attempt_to_a_r
             ("END", "2"),
         ]
         assert [e.kind for e in hub.events].count("registered") == 2  # a new session
+
+
+async def test_the_node_worker_resumes_its_session_after_a_dropped_connection(
+    tmp_path: Path,
+) -> None:
+    node = node_or_skip()
+    url = f"sqlite:///{tmp_path / 'node.db'}"
+    async with Engine(url, workflows=WORKFLOWS, serve_queues=[], poll_interval=0.05) as eng:
+        _, token = await ApiKeyStore(eng.storage).create(subject="w", scopes=["workers:write"])
+        options = TaskStreamOptions(
+            reconnect_grace_s=5.0, heartbeat_interval_s=0.5, poll_interval_s=0.05
+        )
+        app = create_app(eng, auth=ServerAuth(), task_streams=options)
+        async with serve_app(app) as base:
+            hub: TaskHub = app.state.pyweft_tasks
+            proxy = CuttingProxy(int(base.rsplit(":", 1)[1]))
+            port = await proxy.start()
+            env = {
+                **os.environ,
+                "PYWEFT_WORKER_URL": f"ws://127.0.0.1:{port}/api/v1/tasks/conformance/stream",
+                "PYWEFT_WORKER_TOKEN": token,
+            }
+            proc = spawn_node(tmp_path, node, env)
+            try:
+                handle = await eng.start(call_sleep, 1500)
+                task = await hub.wait_for(lambda e: e.kind == "task", timeout=30)
+                assert task is not None, (tmp_path / "node.log").read_text()
+                # A heartbeat after it: the worker has read its registerAck and the task.
+                mark = list(hub.events).index(task)
+                beat = await hub.wait_for(lambda e: e.kind == "heartbeat", timeout=10, since=mark)
+                assert beat is not None
+                proxy.cut()
+                resumed = await hub.wait_for(lambda e: e.kind == "resumed", timeout=10)
+                assert resumed is not None, (tmp_path / "node.log").read_text()
+                assert resumed.detail["kept"] == [task.operation_id]
+                assert await handle.result(timeout=30) == 1500
+                proc.send_signal(signal.SIGTERM)
+                assert await asyncio.to_thread(proc.wait, 20) == 0
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+                await proxy.close()
+        (step,) = (await eng.history(handle.id)).steps
+        assert (step.status, step.attempts) == ("completed", 1)
+        assert not any(e.kind == "abandoned" for e in hub.events)
+
+
+def spawn_node(tmp: Path, node: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    worker = Path(__file__).parents[2] / "examples" / "node-worker" / "worker.mjs"
+    with open(tmp / "node.log", "wb") as log:
+        return subprocess.Popen(
+            [node, "--experimental-websocket", str(worker)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )

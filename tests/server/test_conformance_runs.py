@@ -8,7 +8,6 @@ with ``PYWEFT_REQUIRE_NODE=1`` (CI), where a missing ``node`` fails them.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,21 +15,13 @@ from pathlib import Path
 import pytest
 
 from pyweft.server.conformance import CHECKS, run_conformance
+from support.node import node_or_skip
 
 ROOT = Path(__file__).resolve().parents[2]
 PYWEFT = str(Path(sys.executable).parent / "pyweft")
 NODE_WORKER = ROOT / "examples" / "node-worker" / "worker.mjs"
 PYTHON_WORKER = ROOT / "examples" / "remote_worker.py"
 BROKEN_WORKER = Path(__file__).parent / "workers" / "broken_worker.py"
-
-
-def node() -> str:
-    found = shutil.which("node")
-    if found is None:
-        if os.environ.get("PYWEFT_REQUIRE_NODE") == "1":
-            pytest.fail("PYWEFT_REQUIRE_NODE=1 but no `node` is on PATH")
-        pytest.skip("node is not installed (set PYWEFT_REQUIRE_NODE=1 to make this fail)")
-    return found
 
 
 def conformance(
@@ -47,7 +38,7 @@ def conformance(
 
 
 async def test_the_node_example_worker_passes_every_check() -> None:
-    report = await run_conformance([node(), "--experimental-websocket", str(NODE_WORKER)])
+    report = await run_conformance([node_or_skip(), "--experimental-websocket", str(NODE_WORKER)])
     assert [(r.name, r.ok) for r in report.results] == [(name, True) for name, _ in CHECKS], (
         report.to_dict(),
         report.worker_log,
