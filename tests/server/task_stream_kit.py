@@ -17,6 +17,7 @@ from pyweft.engine.tasks import records as tr
 from pyweft.server import ServerAuth, create_app
 from pyweft.server.keys import ApiKeyStore
 from pyweft.server.task_hub import TaskHub, TaskStreamOptions
+from pyweft.storage.base import Storage
 
 from .live import serve_app
 
@@ -52,10 +53,13 @@ class Served:
 
 
 @asynccontextmanager
-async def served(tmp_path: Path, *workflows: Any) -> AsyncIterator[Served]:
-    url = f"sqlite:///{tmp_path / 'streams.db'}"
+async def served(
+    tmp_path: Path, *workflows: Any, storage: Storage | None = None
+) -> AsyncIterator[Served]:
+    """An engine on SQLite in ``tmp_path`` (or on ``storage``) served with task streams."""
+    store: str | Storage = storage or f"sqlite:///{tmp_path / 'streams.db'}"
     async with Engine(
-        url, workflows=[call_echo, *workflows], serve_queues=[], poll_interval=0.05
+        store, workflows=[call_echo, *workflows], serve_queues=[], poll_interval=0.05
     ) as engine:
         keys = ApiKeyStore(engine.storage)
         _, token = await keys.create(subject="worker", scopes=["workers:write"])

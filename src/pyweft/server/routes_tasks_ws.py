@@ -12,6 +12,7 @@ closed (1002, or 1009 for an oversized frame) with nothing stored.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from importlib import resources
 from typing import Any
@@ -81,29 +82,37 @@ class TaskStreams:
             return
         await ws.accept()
         peer = f"{ws.client.host}:{ws.client.port}" if ws.client else None
-        session: Session | None = None
+        holder: list[Session] = []
         try:
-            session = await self._converse(ws, principal.subject, queue, peer)
+            await self._converse(ws, principal.subject, queue, peer, holder)
         except WebSocketDisconnect:
             pass
+        except Exception:
+            # A store failure while acting on a frame: nothing half-done is acknowledged.
+            # Closing (1011) makes the worker reconnect within the grace and send again
+            # what was not acknowledged.
+            log.exception("task stream of %s failed; closing it", holder or peer)
+            with contextlib.suppress(Exception):
+                await ws.close(code=1011, reason="server error; reconnect")
         finally:
-            if session is not None:
-                await self.hub.detach(session, ws)
+            if holder:
+                await self.hub.detach(holder[0], ws)
 
     async def _converse(
-        self, ws: WebSocket, subject: str, queue: str, peer: str | None
-    ) -> Session | None:
-        """Read frames until the socket closes; returns the session it registered."""
+        self, ws: WebSocket, subject: str, queue: str, peer: str | None, holder: list[Session]
+    ) -> None:
+        """Read frames until the socket closes; the session it registers goes in
+        ``holder`` (so that it is detached however the conversation ends)."""
         session: Session | None = None
         limit = self.hub.options.max_frame_bytes
         while True:
             message = await ws.receive()
             if message["type"] == "websocket.disconnect":
-                return session
+                return
             text = message.get("text")
             if text is None:
                 await _violation(ws, "invalid_message", "frames are JSON text, not binary")
-                return session
+                return
             if len(text) > limit:  # characters, so at most 4x the bytes; parsing waits
                 await _violation(
                     ws,
@@ -111,12 +120,12 @@ class TaskStreams:
                     f"a frame of {len(text)} characters exceeds the {limit}-byte limit",
                     close=1009,
                 )
-                return session
+                return
             try:
                 frame = p.decode_worker_frame(text)
             except p.FrameError as exc:
                 await _violation(ws, exc.code, exc.message)
-                return session
+                return
             if session is None:
                 if not isinstance(frame, p.Register):
                     await _violation(
@@ -124,18 +133,19 @@ class TaskStreams:
                         "registration_required",
                         f"the first frame must be register, got {type_of(frame)}",
                     )
-                    return None
+                    return
                 session = await self.hub.register(
                     ws, frame, subject=subject, path_queue=queue, peer=peer
                 )
                 if session is None:
-                    return None
+                    return
+                holder.append(session)
                 continue
             if isinstance(frame, p.Register):
                 await _violation(ws, "already_registered", "this socket is already registered")
-                return session
+                return
             if session.ws is not ws:  # replaced by a reconnect: this socket is done
-                return None
+                return
             if isinstance(frame, p.Heartbeat):
                 await session.on_heartbeat()
             elif isinstance(frame, p.TaskResult):

@@ -328,8 +328,18 @@ class TaskHub:
     async def tick(self) -> None:
         opts = self.options
         for session in list(self.sessions.values()):
-            if session.ended:
-                continue
+            try:
+                await self._keep(session)
+            except Exception:  # one session's trouble (a store error) spares the others
+                log.exception("keeping the claims of remote worker %s failed", session.worker_id)
+        now = time.monotonic()
+        if now - self._reaped_at >= opts.poll_interval_s:
+            self._reaped_at = now
+            await self.broker.reap()
+
+    async def _keep(self, session: Session) -> None:
+        opts = self.options
+        if not session.ended:
             if session.attached and session.silent_for() > 3 * opts.heartbeat_interval_s:
                 await session.send(
                     p.ProtocolError(
@@ -342,7 +352,3 @@ class TaskHub:
             await session.keep()
             if time.monotonic() - session.last_record >= opts.heartbeat_interval_s:
                 await session.write_record()
-        now = time.monotonic()
-        if now - self._reaped_at >= opts.poll_interval_s:
-            self._reaped_at = now
-            await self.broker.reap()
