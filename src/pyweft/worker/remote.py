@@ -164,16 +164,21 @@ class RemoteWorker:
         ``PermissionDeniedError``, ``ConfigurationError``) or ``ServerError``."""
         self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix="pyweft-remote")
         deadline = time.monotonic() + self._reconnect_s
-        while True:
-            try:
-                await self._connect()
-                break
-            except ConfigurationError:
-                # The same id may still be live for a moment: the session of this worker's
-                # previous process, in its reconnect grace. Anything else is final.
-                if self._refusal != "duplicate_worker_id" or time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.25)
+        try:
+            while True:
+                try:
+                    await self._connect()
+                    break
+                except ConfigurationError:
+                    # The same id may still be live for a moment: the session of this
+                    # worker's previous process, in its reconnect grace. Else it is final.
+                    if self._refusal != "duplicate_worker_id" or time.monotonic() > deadline:
+                        raise
+                    await asyncio.sleep(0.25)
+        except BaseException:
+            self._executor.shutdown(wait=False)
+            self._executor = None
+            raise
         self._reader = asyncio.get_running_loop().create_task(
             self._serve(), name=f"pyweft-remote-worker-{self.id}"
         )
