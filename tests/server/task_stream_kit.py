@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -18,6 +19,7 @@ from pyweft.server import ServerAuth, create_app
 from pyweft.server.keys import ApiKeyStore
 from pyweft.server.task_hub import TaskHub, TaskStreamOptions
 from pyweft.storage.base import Storage
+from support.backends import durable_backend, postgres_schema, with_schema
 
 from .live import serve_app
 
@@ -56,8 +58,21 @@ class Served:
 async def served(
     tmp_path: Path, *workflows: Any, storage: Storage | None = None
 ) -> AsyncIterator[Served]:
-    """An engine on SQLite in ``tmp_path`` (or on ``storage``) served with task streams."""
-    store: str | Storage = storage or f"sqlite:///{tmp_path / 'streams.db'}"
+    """An engine on ``storage``, else on the durable test store (SQLite in ``tmp_path``,
+    or PostgreSQL with ``PYWEFT_TEST_STORAGE=postgres``), served with task streams."""
+    with contextlib.ExitStack() as stack:
+        if storage is not None:
+            store: str | Storage = storage
+        elif durable_backend() == "postgres":
+            store = with_schema(*stack.enter_context(postgres_schema()))
+        else:
+            store = f"sqlite:///{tmp_path / 'streams.db'}"
+        async with _serve(store, workflows) as srv:
+            yield srv
+
+
+@asynccontextmanager
+async def _serve(store: str | Storage, workflows: tuple[Any, ...]) -> AsyncIterator[Served]:
     async with Engine(
         store, workflows=[call_echo, *workflows], serve_queues=[], poll_interval=0.05
     ) as engine:
