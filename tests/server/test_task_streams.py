@@ -65,11 +65,6 @@ async def test_a_bad_queue_name_is_answered_400(srv: Served) -> None:
         ("{not json", "invalid_json"),
         ('{"type": "subscribe"}', "unknown_message_type"),
         ('{"type": "heartbeat"}', "registration_required"),
-        ('{"type": "register", "protocolVersion": 1, "activities": []}', "invalid_message"),
-        (
-            '{"type": "register", "protocolVersion": 1, "activities": ["a"], "x": 1}',
-            "invalid_message",
-        ),
     ],
 )
 async def test_a_bad_first_frame_gets_a_protocol_error_and_close_1002(
@@ -82,6 +77,28 @@ async def test_a_bad_first_frame_gets_a_protocol_error_and_close_1002(
         assert await w.closed() == 1002
     assert srv.hub.sessions == {}
     assert await srv.engine.workers(include_gone=True) == []  # nothing was registered
+
+
+@pytest.mark.parametrize(
+    "register",
+    [
+        {"protocolVersion": 1, "activities": []},
+        {"protocolVersion": 1, "activities": ["a"], "concurrency": 0},
+        {"protocolVersion": 1, "activities": ["a"], "x": 1},
+        {"activities": ["a"]},
+    ],
+)
+async def test_a_malformed_register_gets_register_error_and_close_1008(
+    srv: Served, register: dict[str, object]
+) -> None:
+    async with raw(srv.stream(), srv.token) as w:
+        await w.send(type="register", **register)
+        frame = await w.recv()
+        assert (frame["type"], frame["code"]) == ("registerError", "invalid_registration")
+        assert frame["supportedProtocolVersions"] == [1]
+        assert await w.closed() == 1008
+    assert srv.hub.sessions == {}
+    assert await srv.engine.workers(include_gone=True) == []
 
 
 async def test_a_binary_frame_is_a_protocol_error(srv: Served) -> None:

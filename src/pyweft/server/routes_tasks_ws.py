@@ -124,7 +124,10 @@ class TaskStreams:
             try:
                 frame = p.decode_worker_frame(text)
             except p.FrameError as exc:
-                await _violation(ws, exc.code, exc.message)
+                if session is None and exc.kind == "register":
+                    await self.hub.refuse(ws, "invalid_registration", exc.message)
+                else:
+                    await _violation(ws, exc.code, exc.message)
                 return
             if session is None:
                 if not isinstance(frame, p.Register):

@@ -188,17 +188,7 @@ class TaskHub:
         await self._ensure_started()
 
         async def refuse(code: Any, message: str) -> None:
-            await ws.send_text(
-                p.encode(
-                    p.RegisterError(
-                        code=code,
-                        message=message,
-                        supported_protocol_versions=list(p.SUPPORTED_VERSIONS),
-                        requested_protocol_version=frame.protocol_version,
-                    )
-                )
-            )
-            await ws.close(code=1008, reason=code)
+            await self.refuse(ws, code, message, requested=frame.protocol_version)
 
         if frame.protocol_version not in p.SUPPORTED_VERSIONS:
             await refuse(
@@ -255,6 +245,23 @@ class TaskHub:
         session.attach(ws)
         self.emit("registered", worker_id, queues=list(session.queues), sdk=frame.sdk)
         return session
+
+    async def refuse(
+        self, ws: WebSocket, code: Any, message: str, *, requested: int | None = None
+    ) -> None:
+        """Send ``registerError`` and close the socket with 1008."""
+        with contextlib.suppress(Exception):
+            await ws.send_text(
+                p.encode(
+                    p.RegisterError(
+                        code=code,
+                        message=message,
+                        supported_protocol_versions=list(p.SUPPORTED_VERSIONS),
+                        requested_protocol_version=requested,
+                    )
+                )
+            )
+            await ws.close(code=1008, reason=code)
 
     async def _resume(
         self, session: Session, ws: WebSocket, frame: p.Register, path_queue: str

@@ -230,10 +230,11 @@ _envelope = msgspec.json.Decoder(_Envelope)
 class FrameError(Exception):
     """A frame that does not fit the protocol: ``code`` is the ``protocolError`` code."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, kind: str | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.kind = kind  # the frame's ``type``, when it had a readable one
 
 
 def _decode(text: str | bytes, decoder: Any, known: frozenset[str], side: str) -> Any:
@@ -248,7 +249,7 @@ def _decode(text: str | bytes, decoder: Any, known: frozenset[str], side: str) -
             raise FrameError(
                 "unknown_message_type", f"{kind!r} is not a {side} frame type"
             ) from None
-        raise FrameError("invalid_message", f"invalid {kind or 'frame'}: {exc}") from None
+        raise FrameError("invalid_message", f"invalid {kind or 'frame'}: {exc}", kind) from None
     except msgspec.DecodeError as exc:
         raise FrameError("invalid_json", f"the frame is not JSON: {exc}") from None
 
