@@ -7,6 +7,7 @@ with ``PYWEFT_REQUIRE_NODE=1`` (CI), where a missing ``node`` fails them.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -63,6 +64,32 @@ def test_a_deliberately_broken_worker_fails_the_run(mode: str, failing: str) -> 
     lines = done.stdout.splitlines()
     assert any(line.startswith("FAIL") and failing in line for line in lines), done.stdout
     assert "1 failed" in lines[-1] or any(ln.endswith("1 failed") for ln in lines), done.stdout
+
+
+def test_the_json_report_names_each_check_and_the_failure() -> None:
+    done = subprocess.run(
+        [
+            PYWEFT,
+            "conformance",
+            "--json",
+            "--timeout",
+            "3",
+            "--",
+            sys.executable,
+            str(BROKEN_WORKER),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ, "BROKEN_MODE": "abrupt-shutdown"},
+    )
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    assert report["ok"] is False
+    assert [c["name"] for c in report["checks"]] == [name for name, _ in CHECKS]
+    failed = [c["name"] for c in report["checks"] if not c["ok"]]
+    assert failed == ["graceful shutdown"]
 
 
 def test_conformance_without_a_command_is_a_usage_error() -> None:

@@ -250,7 +250,7 @@ class Harness:
         ms = 2500  # more than twice conformance.sleep's 1s visibility timeout
         handle = await self.engine.start(call_sleep, ms)
         task = await self.task_of(handle.id, since)
-        got = await self.result_of(handle.id)
+        got = await self.result_of(handle.id, self.timeout_s + ms / 1000)
         beats = [
             e
             for e in list(self.hub.events if self.hub else [])[since:]
@@ -293,7 +293,7 @@ class Harness:
         self.kill()  # the worker vanishes mid-attempt
         self.launch()
         second = await self.task_of(handle.id, since, attempt=2)
-        got = await self.result_of(handle.id)
+        got = await self.result_of(handle.id, self.timeout_s + 1.5)
         if got != 1500:
             raise CheckFailed(f"the retried attempt returned {got!r}")
         if second.worker_id == first.worker_id:
