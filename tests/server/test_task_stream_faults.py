@@ -4,8 +4,11 @@ extended is stored, not refused."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from pathlib import Path
+
+import pytest
 
 from pyweft import RetryPolicy, WorkflowContext, activity, workflow
 from pyweft.engine.tasks import records as tr
@@ -85,3 +88,31 @@ async def test_a_result_during_its_claim_s_extension_waits_for_it_and_is_stored(
         # Had the result not waited, it would have been stored first, the extension would
         # then have failed, and the worker been sent a cancel for what it had finished.
         assert not any(e.kind == "cancel" for e in srv.hub.events)
+
+
+async def test_results_that_arrive_while_one_is_written_share_the_next_write(
+    tmp_path: Path,
+) -> None:
+    faulty = FaultyStorage(open_storage(f"sqlite:///{tmp_path / 'f.db'}"))
+    async with served(tmp_path, storage=faulty) as srv, raw(srv.stream(), srv.token) as w:
+        await w.register(["echo"], concurrency=3)
+        handles = [await srv.engine.start(call_echo, i) for i in range(3)]
+        tasks = [await w.task() for _ in range(3)]
+        first = faulty.pause_next_write(match=writes_result)
+        await w.reply(tasks[0], "completed", value="a")
+        await eventually(lambda: first.is_reached, timeout=5, what="the first result's write")
+        await w.reply(tasks[1], "completed", value="b")
+        await w.reply(tasks[2], "completed", value="c")
+        await w.reply(tasks[1], "completed", value="b")  # a resend while it waits: ignored
+        second = faulty.pause_next_write(match=writes_result)
+        first.release()
+        await eventually(lambda: second.is_reached, timeout=5, what="the second write")
+        assert second.ops is not None
+        stored = {op.key for op in second.ops if op.key.startswith(tr.RESULT_PREFIX)}
+        assert stored == {tr.result_key(t["operationId"]) for t in tasks[1:]}  # one batch
+        second.release()
+        acks = [await w.expect("resultAck") for _ in range(3)]
+        assert [a["operationId"] for a in acks] == [t["operationId"] for t in tasks]
+        assert [await h.result(timeout=5) for h in handles] == ["a", "b", "c"]
+        with pytest.raises(asyncio.TimeoutError):  # no reply to the resend
+            await w.recv(timeout=0.3)

@@ -32,6 +32,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("pyweft.server.tasks")
 
 _REMEMBER_CANCELLED = 1000
+_LOST = (
+    "the claim on this attempt was lost (it expired, or the run cancelled the step): "
+    "nothing was stored"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +92,9 @@ class Session:
         self._claimer: asyncio.Task[None] | None = None
         self._grace: asyncio.Task[None] | None = None
         self._shares: dict[str, tuple[int, int]] = {}
+        self._outbox: list[tuple[Held, p.TaskResult]] = []  # results waiting for the store
+        self._finishing: set[str] = set()  # their operation ids
+        self._flusher: asyncio.Task[None] | None = None
 
     # --- attach / detach --------------------------------------------------------------
 
@@ -129,6 +136,7 @@ class Session:
             return  # already replaced by a reconnect
         self.ws = None
         await self._stop_claiming()
+        await self._settle_results()  # what the worker sent before it left is stored
         if self.ws is not None or self.ended:
             return  # a reconnect took the session over meanwhile (or it ended)
         self.hub.emit("detached", self.worker_id, held=len(self.held))
@@ -163,6 +171,12 @@ class Session:
             self._kick.set()
             await asyncio.gather(claimer, return_exceptions=True)
 
+    async def _settle_results(self) -> None:
+        """Wait until the results already received are written."""
+        flusher = self._flusher
+        if flusher is not None and not flusher.done() and flusher is not asyncio.current_task():
+            await asyncio.gather(flusher, return_exceptions=True)
+
     async def end(self, why: str, *, hand_back: bool) -> None:
         """Give up every held attempt (``hand_back``: as the same attempt, for a worker that
         was told to stop; else failed, for one that vanished) and forget the session."""
@@ -170,6 +184,7 @@ class Session:
             return
         self.ended = True
         await self._stop_claiming()
+        await self._settle_results()
         if self._grace is not None and self._grace is not asyncio.current_task():
             self._grace.cancel()
         async with self.lock:
@@ -320,90 +335,136 @@ class Session:
         await self.write_record()
 
     async def on_result(self, frame: p.TaskResult) -> None:
+        """Queue a result for the store and return: the socket's next frames are read while
+        it is written, and results that arrive meanwhile share one write."""
         op, token = frame.operation_id, frame.attempt_token
-        async with self.lock:
-            held = self.held.get(op)
-            if held is None or held.token != token:
-                why = self.cancelled.get(op) if held is None else None
-                await self.send(
-                    p.ResultRejected(
-                        operation_id=op,
-                        attempt_token=token,
-                        code="stale",
-                        message=(
-                            f"this worker no longer holds {op!r}: {why}"
-                            if why
-                            else f"this session holds no attempt {op!r} with that token"
-                        ),
-                    )
-                )
-                self.hub.emit("result", self.worker_id, op, status=frame.status, stored=False)
-                return
-            try:
-                ok = await self._store(held, frame)
-            except PayloadError as exc:
-                ok = await self.broker.fail(
-                    held,
-                    self.worker_id,
-                    error_type="PayloadError",
-                    message=f"the worker's result cannot be stored: {exc}",
-                    non_retryable=True,
-                )
-                del self.held[op]
-                await self.send(
-                    p.ResultRejected(
-                        operation_id=op, attempt_token=token, code="invalid", message=str(exc)
-                    )
-                )
-                self.hub.emit("result", self.worker_id, op, status=frame.status, stored=False)
-                self.kick()
-                return
-            del self.held[op]
-        if ok:
-            await self.send(p.ResultAck(operation_id=op, attempt_token=token))
-        else:
+        held = self.held.get(op)
+        if held is None or held.token != token:
+            why = self.cancelled.get(op) if held is None else None
             await self.send(
                 p.ResultRejected(
                     operation_id=op,
                     attempt_token=token,
                     code="stale",
-                    message="the claim on this attempt was lost (it expired, or the run "
-                    "cancelled the step): nothing was stored",
+                    message=(
+                        f"this worker no longer holds {op!r}: {why}"
+                        if why
+                        else f"this session holds no attempt {op!r} with that token"
+                    ),
                 )
             )
-        self.hub.emit("result", self.worker_id, op, status=frame.status, stored=ok)
-        self.kick()
+            self.hub.emit("result", self.worker_id, op, status=frame.status, stored=False)
+            return
+        if op in self._finishing:
+            return  # sent again (after a reconnect) while the first copy is being stored
+        self._finishing.add(op)
+        self._outbox.append((held, frame))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.get_running_loop().create_task(self._flush())
 
-    async def _store(self, held: Held, frame: p.TaskResult) -> bool:
-        if frame.status == "completed":
-            ok = await self.broker.complete(held, frame.value, self.worker_id)
-            self.completed += ok
-            return ok
-        err = frame.error
-        if frame.status == "failed":
-            self.failed += 1
-            if isinstance(err, p.TaskError):
-                return await self.broker.fail(
-                    held,
-                    self.worker_id,
-                    error_type=err.type,
-                    message=err.message,
-                    non_retryable=err.non_retryable,
-                    timeout_kind=err.timeout_kind,
-                    traceback=err.stack,
+    async def _flush(self) -> None:
+        while self._outbox:
+            batch, self._outbox = self._outbox, []
+            try:
+                async with self.lock:
+                    replies = await self._store(batch)
+            except Exception:
+                # Nothing of the batch is acknowledged: the socket closes (1011), the worker
+                # reconnects and sends these results again.
+                log.exception("storing the results of remote worker %s failed", self.worker_id)
+                self._finishing.difference_update(h.id for h, _ in batch)
+                self._outbox = []
+                await self.close(1011, "server error; reconnect")
+                return
+            for (held, frame), reply in zip(batch, replies, strict=True):
+                self._finishing.discard(held.id)
+                await self.send(reply)
+                stored = isinstance(reply, p.ResultAck)
+                self.hub.emit("result", self.worker_id, held.id, status=frame.status, stored=stored)
+            self.kick()
+
+    async def _store(self, batch: list[tuple[Held, p.TaskResult]]) -> list[Any]:
+        """Write a batch of results (under the lock); the reply frame of each."""
+        replies: list[Any] = [None] * len(batch)
+        outcomes: list[tuple[int, Held, Any]] = []
+        for i, (held, frame) in enumerate(batch):
+            if self.held.get(held.id) is not held:  # lost meanwhile (cancelled, ended)
+                replies[i] = self._stale(frame, "the attempt was given up meanwhile")
+                continue
+            if frame.status in ("completed", "failed"):
+                try:
+                    outcomes.append((i, held, self._outcome(held, frame)))
+                except PayloadError as exc:
+                    failure = self.broker.failed(
+                        held,
+                        self.worker_id,
+                        error_type="PayloadError",
+                        message=f"the worker's result cannot be stored: {exc}",
+                        non_retryable=True,
+                    )
+                    outcomes.append((i, held, failure))
+                    replies[i] = p.ResultRejected(
+                        operation_id=held.id,
+                        attempt_token=held.token,
+                        code="invalid",
+                        message=str(exc),
+                    )
+                continue
+            err = frame.error
+            message = err.message if isinstance(err, p.TaskError) else err
+            if frame.status == "rejected":
+                why = (
+                    message or f"remote worker {self.worker_id!r} cannot run {held.task.activity!r}"
                 )
-            return await self.broker.fail(
+                log.error("task %s handed back: %s", held.id, why)
+                ok = await self.broker.hand_back(held, refuse=True, error=why)
+            else:  # cancelled: the worker stopped it; the attempt did not fail
+                ok = await self.broker.hand_back(held)
+            self.held.pop(held.id, None)
+            replies[i] = self._ack(frame) if ok else self._stale(frame, _LOST)
+        oks = await self.broker.finish([(h, r) for _, h, r in outcomes])
+        for (i, held, result), ok in zip(outcomes, oks, strict=True):
+            self.held.pop(held.id, None)
+            if ok:
+                self.completed += result.ok
+                self.failed += not result.ok
+            if replies[i] is None:
+                replies[i] = self._ack(batch[i][1]) if ok else self._stale(batch[i][1], _LOST)
+        return replies
+
+    def _outcome(self, held: Held, frame: p.TaskResult) -> Any:
+        if frame.status == "completed":
+            return self.broker.completed(held, frame.value, self.worker_id)
+        err = frame.error
+        if isinstance(err, p.TaskError):
+            return self.broker.failed(
                 held,
                 self.worker_id,
-                error_type="Error",
-                message=err or "the worker reported a failure without an error",
+                error_type=err.type,
+                message=err.message,
+                non_retryable=err.non_retryable,
+                timeout_kind=err.timeout_kind,
+                traceback=err.stack,
             )
-        message = err.message if isinstance(err, p.TaskError) else err
-        if frame.status == "rejected":
-            why = message or f"remote worker {self.worker_id!r} cannot run {held.task.activity!r}"
-            log.error("task %s handed back: %s", held.id, why)
-            return await self.broker.hand_back(held, refuse=True, error=why)
-        return await self.broker.hand_back(held)  # cancelled: the worker stopped it
+        return self.broker.failed(
+            held,
+            self.worker_id,
+            error_type="Error",
+            message=err or "the worker reported a failure without an error",
+        )
+
+    @staticmethod
+    def _ack(frame: p.TaskResult) -> p.ResultAck:
+        return p.ResultAck(operation_id=frame.operation_id, attempt_token=frame.attempt_token)
+
+    @staticmethod
+    def _stale(frame: p.TaskResult, why: str) -> p.ResultRejected:
+        return p.ResultRejected(
+            operation_id=frame.operation_id,
+            attempt_token=frame.attempt_token,
+            code="stale",
+            message=why,
+        )
 
     # --- keeping claims -------------------------------------------------------------------
 

@@ -106,18 +106,15 @@ class TaskBroker:
         lost = {id(c) for c in await claims.extend(self.storage, [h.claimed for h in due], now)}
         return [h for h in due if id(h.claimed) in lost]
 
-    async def complete(self, held: Held, value: Any, worker_id: str) -> bool:
-        """Store the attempt's value. ``False``: the claim was lost, nothing written.
-        Raises ``PayloadError`` when the codec cannot encode ``value``."""
+    def completed(self, held: Held, value: Any, worker_id: str) -> tr.TaskResult:
+        """The outcome of an attempt that returned ``value`` (raises ``PayloadError`` when
+        the codec cannot encode it)."""
         payload = self.codec.encode(value)
-        return await self._finish(
-            held,
-            tr.TaskResult(
-                task_id=held.id, ok=True, at=self.clock.now(), worker=worker_id, value=payload
-            ),
+        return tr.TaskResult(
+            task_id=held.id, ok=True, at=self.clock.now(), worker=worker_id, value=payload
         )
 
-    async def fail(
+    def failed(
         self,
         held: Held,
         worker_id: str,
@@ -127,9 +124,9 @@ class TaskBroker:
         non_retryable: bool = False,
         timeout_kind: str | None = None,
         traceback: str | None = None,
-    ) -> bool:
-        """Store a failed outcome; the step's retry policy decides about another attempt."""
-        result = tr.TaskResult(
+    ) -> tr.TaskResult:
+        """The outcome of a failed attempt; the step's retry policy decides what next."""
+        return tr.TaskResult(
             task_id=held.id,
             ok=False,
             at=self.clock.now(),
@@ -138,26 +135,31 @@ class TaskBroker:
             non_retryable=non_retryable,
             timeout_kind=timeout_kind,
         )
-        return await self._finish(held, result)
+
+    async def finish(self, done: list[tuple[Held, tr.TaskResult]]) -> list[bool]:
+        """Store outcomes, each fenced by its claim: one batch when every claim holds, else
+        one each. ``False`` for an outcome whose claim was lost: nothing written for it."""
+        if not done:
+            return []
+        oks = await claims.finish_many(self.storage, [(h.claimed, r) for h, r in done])
+        if any(oks):
+            self._notifier.ring_soon(tr.RESULTS_TOPIC)
+            if any(h.task.slot is not None for h, _ in done):
+                self._notifier.ring_soon(tr.TASKS_TOPIC)
+        return oks
 
     async def abandon(self, held: Held, why: str) -> bool:
         """Fail an attempt whose worker is gone, as an expired claim fails (see
         :func:`.claims.reap`): ``ActivityTimeoutError(kind="visibility")``."""
         task = held.task
-        return await self.fail(
+        result = self.failed(
             held,
             task.claimed_by or "",
             error_type="ActivityTimeoutError",
             message=f"activity {task.activity!r} (attempt {task.attempt}): {why}",
             timeout_kind="visibility",
         )
-
-    async def _finish(self, held: Held, result: tr.TaskResult) -> bool:
-        ok = await claims.finish(self.storage, held.claimed, result)
-        if ok:
-            self._notifier.ring_soon(tr.RESULTS_TOPIC)
-            if held.task.slot is not None:
-                self._notifier.ring_soon(tr.TASKS_TOPIC)
+        (ok,) = await self.finish([(held, result)])
         return ok
 
     async def hand_back(
