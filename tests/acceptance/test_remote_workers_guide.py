@@ -79,7 +79,10 @@ def create_key(cwd: Path, env: dict[str, str], *scopes: str) -> str:
 
 def test_the_guide_s_app_and_both_workers_run_as_written(tmp_path: Path) -> None:
     node = node_or_skip()
-    app, worker_py, _tuning = blocks("python")
+    app, worker_py, tuning = blocks("python")
+    namespace: dict[str, object] = {}
+    exec(tuning, namespace)  # the tuning example builds its options as written
+    assert callable(namespace["build"])
     (worker_js,) = blocks("js")
     port = free_port()
     (tmp_path / "app.py").write_text(app)
