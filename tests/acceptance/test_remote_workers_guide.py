@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 
+from pyweft import Engine, MemoryStorage
 from support.node import node_or_skip
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,8 +82,9 @@ def test_the_guide_s_app_and_both_workers_run_as_written(tmp_path: Path) -> None
     node = node_or_skip()
     app, worker_py, tuning = blocks("python")
     namespace: dict[str, object] = {}
-    exec(tuning, namespace)  # the tuning example builds its options as written
-    assert callable(namespace["build"])
+    exec(tuning, namespace)  # the tuning example builds its app as written
+    built = namespace["build"](Engine(MemoryStorage()))  # type: ignore[operator]
+    assert built.state.pyweft_tasks.options.reconnect_grace_s == 5.0
     (worker_js,) = blocks("js")
     port = free_port()
     (tmp_path / "app.py").write_text(app)
