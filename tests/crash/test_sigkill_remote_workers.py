@@ -72,11 +72,7 @@ async def test_a_sigkilled_remote_worker_s_attempt_is_retried_by_a_store_worker_
         proc = spawn(tmp_path, base, token, ledger, "remote")
         try:
             handle = await eng.start(linger_once, 1, id="killed-mid-attempt")
-            await eventually(
-                lambda: any(ln[0] == "BEGIN" for ln in lines(ledger)),
-                timeout=30,
-                what="the remote worker to begin the attempt",
-            )
+            await begun(ledger)
             os.kill(proc.pid, signal.SIGKILL)
             await asyncio.to_thread(proc.wait, 10)
         finally:
@@ -152,33 +148,47 @@ class CuttingProxy:
             await self.server.wait_closed()
 
 
+@asynccontextmanager
+async def behind_a_proxy(
+    tmp: Path, base: str, token: str, ledger: Path
+) -> AsyncIterator[tuple[CuttingProxy, subprocess.Popen[bytes]]]:
+    """A remote worker process that reaches the server through a :class:`CuttingProxy`;
+    on exit it must stop cleanly on SIGTERM (exit 0)."""
+    proxy = CuttingProxy(int(base.rsplit(":", 1)[1]))
+    port = await proxy.start()
+    proc = spawn(tmp, f"http://127.0.0.1:{port}", token, ledger, "remote")
+    try:
+        yield proxy, proc
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(proc.wait, 20) == 0, (tmp / "remote.log").read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        await proxy.close()
+
+
+async def begun(ledger: Path) -> None:
+    await eventually(
+        lambda: any(ln[0] == "BEGIN" for ln in lines(ledger)),
+        timeout=30,
+        what="the remote worker to begin the attempt",
+    )
+
+
 async def test_a_remote_worker_whose_connection_drops_reconnects_and_keeps_its_attempt(
     tmp_path: Path,
 ) -> None:
     ledger = tmp_path / "ledger"
     async with serving(tmp_path, grace_s=5.0) as (eng, hub, base, token):
-        proxy = CuttingProxy(int(base.rsplit(":", 1)[1]))
-        port = await proxy.start()
-        proc = spawn(tmp_path, f"http://127.0.0.1:{port}", token, ledger, "remote")
-        try:
+        async with behind_a_proxy(tmp_path, base, token, ledger) as (proxy, _):
             handle = await eng.start(linger_once, 2, id="cut-mid-attempt")
-            await eventually(
-                lambda: any(ln[0] == "BEGIN" for ln in lines(ledger)),
-                timeout=30,
-                what="the remote worker to begin the attempt",
-            )
+            await begun(ledger)
             proxy.cut()  # both sides see the connection drop mid-attempt
             resumed = await hub.wait_for(lambda e: e.kind == "resumed", timeout=10)
             assert resumed is not None, (tmp_path / "remote.log").read_text()
             assert len(resumed.detail["kept"]) == 1 and resumed.detail["lost"] == []
             assert await handle.result(timeout=30) == 102
-            proc.send_signal(signal.SIGTERM)
-            assert await asyncio.to_thread(proc.wait, 20) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            await proxy.close()
         (step,) = (await eng.history(handle.id)).steps
         assert (step.status, step.attempts) == ("completed", 1)
         assert [(ln[0], ln[2]) for ln in lines(ledger)] == [("BEGIN", "1"), ("END", "1")]
@@ -190,29 +200,15 @@ async def test_a_worker_that_comes_back_after_the_grace_loses_its_attempt_to_a_r
 ) -> None:
     ledger = tmp_path / "ledger"
     async with serving(tmp_path, grace_s=0.5) as (eng, hub, base, token):
-        proxy = CuttingProxy(int(base.rsplit(":", 1)[1]))
-        port = await proxy.start()
-        proc = spawn(tmp_path, f"http://127.0.0.1:{port}", token, ledger, "remote")
-        try:
+        async with behind_a_proxy(tmp_path, base, token, ledger) as (proxy, _):
             handle = await eng.start(linger_once, 3, id="back-too-late")
-            await eventually(
-                lambda: any(ln[0] == "BEGIN" for ln in lines(ledger)),
-                timeout=30,
-                what="the remote worker to begin the attempt",
-            )
+            await begun(ledger)
             proxy.refusing = True
             proxy.cut()
             abandoned = await hub.wait_for(lambda e: e.kind == "abandoned", timeout=10)
             assert abandoned is not None  # the grace passed: attempt 1 failed
             proxy.refusing = False  # the worker gets through with its stale session id
             assert await handle.result(timeout=30) == 103
-            proc.send_signal(signal.SIGTERM)
-            assert await asyncio.to_thread(proc.wait, 20) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            await proxy.close()
         (step,) = (await eng.history(handle.id)).steps
         assert (step.status, step.attempts, step.result) == ("completed", 2, 103)
         # Attempt 1 was cancelled on the worker when it came back (no END); attempt 2 ran.
