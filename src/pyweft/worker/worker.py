@@ -35,19 +35,20 @@ import msgspec
 
 from pyweft.clock import Clock, SystemClock
 from pyweft.codec import DefaultPayloadCodec, PayloadCodec
-from pyweft.definitions import ActivityDefinition, Duration, activity_definition_of
+from pyweft.definitions import ActivityDefinition, Duration
 from pyweft.durations import parse_duration
 from pyweft.engine.steps.activity_context import ActivityContext
 from pyweft.engine.tasks import claims
 from pyweft.engine.tasks import records as tr
 from pyweft.engine.tasks.claims import Claimed
 from pyweft.engine.tasks.doorbell import Notifier, Unlisten
-from pyweft.errors import ConfigurationError, InvalidArgumentError
+from pyweft.errors import ConfigurationError
 from pyweft.observability import flow
 from pyweft.observability.interceptors import Interceptor
 from pyweft.observability.worker_side import activity_chain
 from pyweft.storage.base import Delete, Expect, Get, Put, Storage, read_many
 from pyweft.storage.factory import open_storage
+from pyweft.worker.config import activity_table, check_concurrency, check_queues
 from pyweft.worker.runner import run_task
 
 log = logging.getLogger("pyweft.worker")
@@ -93,30 +94,15 @@ class Worker:
         codec: PayloadCodec | None = None,
         interceptors: Iterable[Interceptor] = (),
     ) -> None:
-        if isinstance(queues, str):
-            raise ConfigurationError(f"queues must be a list of names, got {queues!r}")
-        try:
-            self.queues = tuple(
-                dict.fromkeys(tr.check_queue(q, field="each of queues") for q in queues)
-            )
-        except InvalidArgumentError as exc:
-            raise ConfigurationError(str(exc)) from None
-        if not self.queues:
-            raise ConfigurationError("queues must name at least one queue to serve")
-        if type(concurrency) is not int or not 1 <= concurrency <= 1000:
-            raise ConfigurationError(f"concurrency must be an int in 1..1000, got {concurrency!r}")
+        self.queues = check_queues(queues)
+        check_concurrency(concurrency)
         if not isinstance(poll_interval, int | float) or not 0 < poll_interval <= 60:
             raise ConfigurationError(
                 f"poll_interval must be a number of seconds in (0, 60], got {poll_interval!r}"
             )
         if worker_id is not None and (not isinstance(worker_id, str) or not worker_id.strip()):
             raise ConfigurationError(f"worker_id must be a non-empty string, got {worker_id!r}")
-        if callable(activities) or isinstance(activities, str):
-            raise ConfigurationError("activities must be a list of functions")
-        self._activities: dict[str, ActivityDefinition] = {}
-        for fn in activities:
-            act = activity_definition_of(fn)
-            self._activities[act.name] = act
+        self._activities: dict[str, ActivityDefinition] = activity_table(activities)
         self.concurrency = concurrency
         # All of them (dispatch latency, queue depth) and those around each attempt.
         self._hooks, self._interceptors = activity_chain(interceptors)
