@@ -501,6 +501,14 @@ def public(cls: type) -> set[str]:
     return {name for name in dir(cls) if not name.startswith("_")}
 
 
+# Public async methods with no blocking twin, each for a stated reason.
+ASYNC_ONLY = {
+    # The broker's methods are coroutines run on an ASGI server's event loop (the
+    # WebSocket task streams); code using pyweft.sync has no loop to run them on.
+    "task_broker",
+}
+
+
 @pytest.mark.parametrize(
     ("async_cls", "sync_cls"),
     [(pyweft.Engine, pyweft.sync.Engine), (pyweft.WorkflowHandle, pyweft.sync.WorkflowHandle)],
@@ -508,7 +516,7 @@ def public(cls: type) -> set[str]:
 def test_every_public_async_method_has_a_blocking_twin_with_the_same_parameters(
     async_cls: type, sync_cls: type
 ) -> None:
-    missing = public(async_cls) - public(sync_cls)
+    missing = public(async_cls) - public(sync_cls) - ASYNC_ONLY
     assert not missing, f"pyweft.sync lacks {sorted(missing)}"
     for name in [*sorted(public(async_cls)), "__init__"]:
         mine, theirs = (
