@@ -249,12 +249,6 @@ async def test_a_drain_dropped_before_its_answer_leaves_one_consistent_worker_st
         assert not worker.draining
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap: a long poll does not watch for its client leaving; its task and "
-    "result watcher live until the wait ends (up to 60 s). The fix belongs in the "
-    "server's request handling (app.py; for MCP, mcp/http.py or the SDK), not done here.",
-)
 @pytest.mark.parametrize("route", ["rest", "mcp"])
 async def test_a_long_poll_dropped_by_its_client_ends_with_it(
     served: Served, engine: Engine, route: str

@@ -66,7 +66,9 @@ async def update_result(call: Call) -> Response:
         raise InvalidArgumentError("wait must be a number of seconds") from None
     if not 0 <= wait <= MAX_WAIT_S:
         raise InvalidArgumentError(f"wait must be from 0 to {MAX_WAIT_S:g} seconds")
-    value = await call.engine.update_result(call.params["update_id"], timeout=wait)
+    value = await call.while_connected(
+        call.engine.update_result(call.params["update_id"], timeout=wait)
+    )
     return JSON({"result": value})
 
 
