@@ -276,7 +276,7 @@ async def test_a_long_poll_dropped_by_its_client_ends_with_it(
             await engine.cancel("lp")
 
 
-async def test_long_polls_dropped_by_their_clients_end_when_their_wait_does(
+async def test_long_polls_dropped_by_their_clients_leave_the_run_to_finish(
     served: Served, engine: Engine
 ) -> None:
     await engine.start("waits_for_go", id="lp")
@@ -285,13 +285,49 @@ async def test_long_polls_dropped_by_their_clients_end_when_their_wait_does(
         baseline = _other_tasks()
         for _ in range(5):
             await send_and_drop(
-                served.port, _request("GET", API_PREFIX + "/workflows/lp/result?wait=1")
+                served.port, _request("GET", API_PREFIX + "/workflows/lp/result?wait=60")
             )
-        await healthy(http)  # answered while the dropped polls are held
-        await settled_tasks(baseline, timeout=10)  # held until their wait ended, no longer
+        await healthy(http)
+        await settled_tasks(baseline, timeout=5)  # long before their 60 s
+        assert (await engine.describe("lp")).status == "running"  # only the waits ended
         await engine.signal("lp", "go", 1)
         answer = await http.get(API_PREFIX + "/workflows/lp/result", params={"wait": 5})
         assert answer.json()["result"] == {"go": 1}
+
+
+async def _queued_update(engine: Engine) -> str:
+    """An update to a suspended run: stored, not answered until the run resumes."""
+    from pyweft import UpdateTimeoutError
+
+    await engine.suspend("lp")
+    with pytest.raises(UpdateTimeoutError) as queued:
+        await engine.update("lp", "bump", 2, timeout=0.01)
+    return queued.value.update_id
+
+
+@pytest.mark.parametrize("wait", ["update-result", "published-event"])
+async def test_other_long_waits_dropped_by_their_clients_end_with_them(
+    served: Served, engine: Engine, wait: str
+) -> None:
+    await engine.start("waits_for_go", id="lp")
+    if wait == "update-result":
+        update_id = await _queued_update(engine)
+        path = f"/updates/{update_id}?wait=30"
+    else:
+        path = "/workflows/lp/published/never?wait=30"
+    async with httpx.AsyncClient(base_url=served.base, timeout=30) as http:
+        await healthy(http)
+        baseline = _other_tasks()
+        for _ in range(3):
+            await send_and_drop(served.port, _request("GET", API_PREFIX + path))
+        await settled_tasks(baseline, timeout=5)
+        await healthy(http)
+        if wait == "update-result":
+            assert engine._updates is not None and engine._updates._waiters == {}
+            await engine.resume("lp")  # the update was only waited for: it still applies
+            answer = await http.get(API_PREFIX + path.replace("30", "10"))
+            assert answer.status_code == 200 and answer.json()["result"] == 2, answer.text
+    await engine.cancel("lp")
 
 
 # --- streams dropped mid-answer -----------------------------------------------------------
