@@ -330,6 +330,53 @@ async def test_other_long_waits_dropped_by_their_clients_end_with_them(
     await engine.cancel("lp")
 
 
+async def test_an_update_dropped_while_it_waits_for_its_answer_is_still_applied(
+    served: Served, engine: Engine
+) -> None:
+    await engine.start("waits_for_go", id="lp")
+    await engine.suspend("lp")  # the update is stored, answered only once it resumes
+    async with httpx.AsyncClient(base_url=served.base, timeout=30) as http:
+        await healthy(http)
+        baseline = _other_tasks()
+        body = {"payload": 2, "timeout": 30, "idempotency_key": "once"}
+        await send_and_drop(
+            served.port, _request("POST", API_PREFIX + "/workflows/lp/update/bump", body)
+        )
+        await settled_tasks(baseline, timeout=5)
+        assert engine._updates is not None and engine._updates._waiters == {}
+        await engine.resume("lp")
+        again = await http.post(API_PREFIX + "/workflows/lp/update/bump", json=body)
+        assert again.status_code == 200 and again.json()["result"] == 2, again.text
+        assert await engine.query("lp", "seen") == 2  # applied once
+    await engine.cancel("lp")
+
+
+async def test_a_query_dropped_while_it_waits_for_the_owner_takes_its_question_back() -> None:
+    store = MemoryStorage()
+    async with Engine(store, workflows=WORKFLOWS, clock=SystemClock(), poll_interval=0.02) as owner:
+        await owner.start("waits_for_go", id="q")
+        await eventually(lambda: owner.is_running_here("q"), what="the run driven")
+    # Nobody drives the run now: a question to it waits for an owner.
+    async with (
+        Engine(store, workflows=WORKFLOWS, clock=SystemClock(), role="client") as asker,
+        serve(asker) as served,
+        httpx.AsyncClient(base_url=served.base, timeout=10) as http,
+    ):
+        await healthy(http)
+        baseline = _other_tasks()
+        conn = await RawConnection.open(served.port)
+        await conn.send(_request("POST", API_PREFIX + "/workflows/q/query/seen", {"timeout": 30}))
+
+        async def asked() -> bool:
+            return bool(await store.scan("qry:"))
+
+        await eventually(asked, what="the question stored")
+        conn.reset()
+        await settled_tasks(baseline, timeout=5)
+        assert await store.scan("qry:") == [] and await store.scan("qrs:") == []
+        await healthy(http)
+
+
 # --- streams dropped mid-answer -----------------------------------------------------------
 
 

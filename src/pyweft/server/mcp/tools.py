@@ -268,6 +268,7 @@ GENERIC: tuple[ToolSpec, ...] = (
         ),
         scopes=("queries:read",),
         run=_query,
+        held=True,
     ),
     ToolSpec(
         name="update_workflow",
@@ -284,6 +285,7 @@ GENERIC: tuple[ToolSpec, ...] = (
         ),
         scopes=("updates:write",),
         run=_update,
+        held=True,
     ),
     ToolSpec(
         name="cancel_workflow",
