@@ -330,18 +330,30 @@ async def test_other_long_waits_dropped_by_their_clients_end_with_them(
     await engine.cancel("lp")
 
 
+@pytest.mark.parametrize("route", ["rest", "mcp"])
 async def test_an_update_dropped_while_it_waits_for_its_answer_is_still_applied(
-    served: Served, engine: Engine
+    served: Served, engine: Engine, route: str
 ) -> None:
+    if route == "mcp":
+        pytest.importorskip("mcp")
     await engine.start("waits_for_go", id="lp")
     await engine.suspend("lp")  # the update is stored, answered only once it resumes
     async with httpx.AsyncClient(base_url=served.base, timeout=30) as http:
         await healthy(http)
+        if route == "mcp":
+            listing = {"jsonrpc": "2.0", "id": 0, "method": "tools/list", "params": {}}
+            assert (await http.post("/api/mcp", json=listing, headers=MCP_HEADERS)).is_success
         baseline = _other_tasks()
         body = {"payload": 2, "timeout": 30, "idempotency_key": "once"}
-        await send_and_drop(
-            served.port, _request("POST", API_PREFIX + "/workflows/lp/update/bump", body)
-        )
+        if route == "rest":
+            data = _request("POST", API_PREFIX + "/workflows/lp/update/bump", body)
+        else:
+            arguments = {"workflow_id": "lp", "name": "bump", "payload": 2, "wait_s": 30}
+            arguments["idempotency_key"] = "once"
+            data = _request(
+                "POST", "/api/mcp", _tool_call(1, "update_workflow", arguments), MCP_HEADERS
+            )
+        await send_and_drop(served.port, data)
         await settled_tasks(baseline, timeout=5)
         assert engine._updates is not None and engine._updates._waiters == {}
         await engine.resume("lp")
