@@ -464,7 +464,7 @@ class UpdateClient:
                 raise not_found(workflow_id)
             state = records.decode_state(state_raw)
             if idem is not None and (existing := await storage.get(idem)) is not None:
-                _look_again(self._runs.get(workflow_id))  # a first try's reply may be lost
+                self._nudge(workflow_id)  # a first try's reply may have been lost
                 return existing.decode()
             if state.status in records.TERMINAL_STATUSES:
                 raise terminal_error(state, f"update {name!r}")
@@ -508,8 +508,8 @@ class UpdateClient:
                 conds.append(Expect(key=idem, value=None))
             try:
                 committed = await services.committer.commit(ops, conds)
-            except BaseException:
-                _look_again(self._runs.get(workflow_id))  # it may be stored after all
+            except BaseException:  # a lost reply, a cancelled caller: stored after all?
+                self._nudge(workflow_id)
                 raise
             if committed:
                 run = self._runs.get(workflow_id)
@@ -521,6 +521,15 @@ class UpdateClient:
                     )  # evicted: replayed, it handles it
                 return update_id
         raise RuntimeError(f"could not submit update {name!r} to {workflow_id!r}: contention")
+
+    def _nudge(self, workflow_id: str) -> None:
+        """An update for the run may be stored without the usual wake-up: make the run
+        look, whether it is in memory here or evicted (nothing else would wake it)."""
+        run = self._runs.get(workflow_id)
+        if run is not None:
+            _look_again(run)
+        elif self._residency is not None:
+            self._residency.wake(workflow_id)
 
     def _encode(self, payload: Any) -> bytes:
         data = self._services.codec.encode(payload)
