@@ -290,6 +290,9 @@ async def test_long_polls_dropped_by_their_clients_leave_the_run_to_finish(
         await healthy(http)
         await settled_tasks(baseline, timeout=5)  # long before their 60 s
         assert (await engine.describe("lp")).status == "running"  # only the waits ended
+        counted = served.app.state.pyweft.metrics.render().decode()
+        dropped = 'method="GET",route="/workflows/{workflow_id}/result",status="499"} 5.0'
+        assert dropped in counted  # counted as "client closed request", not as errors
         await engine.signal("lp", "go", 1)
         answer = await http.get(API_PREFIX + "/workflows/lp/result", params={"wait": 5})
         assert answer.json()["result"] == {"go": 1}
@@ -406,8 +409,11 @@ async def test_event_feeds_dropped_mid_stream_give_back_their_slots(
             await conn.read_until(b": connected")
             assert served.open_feeds >= 1
             conn.reset()
-            await eventually(lambda: served.open_feeds == 0, what="the feed to close")
-            assert served.stream_slots == {}
+            # The feed closes first; its response gives the slot back as it ends, after.
+            await eventually(
+                lambda: served.open_feeds == 0 and served.stream_slots == {},
+                what="the feed to close and give its slot back",
+            )
         await engine.signal("f", "go", 1)  # events flow to no one: nothing to write to
         await settled_tasks(baseline)
         async with http.stream("GET", API_PREFIX + "/workflows/f/events/sse") as resp:
