@@ -4,6 +4,9 @@ Debian's ``chromium`` and ``chromium-driver``. Without them (or selenium) the te
 with the reason, unless ``PYWEFT_REQUIRE_BROWSER=1`` makes that a failure.
 
 Screenshots go to ``$PYWEFT_SCREENSHOTS`` (default ``build/dashboard-screenshots``).
+A failing test also leaves ``FAILED-<test>.png`` and ``FAILED-<test>.txt`` there (the
+page's text, its console, and the tail of the server's and the worker's logs), so a
+failure seen once on a loaded CI machine can be read afterwards.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,6 +80,22 @@ def _key(db: str, subject: str, scopes: tuple[str, ...]) -> str:
     return str(json.loads(out.stdout)["key"])
 
 
+def _stamped_copy(proc: subprocess.Popen[bytes], path: Path) -> threading.Thread:
+    """Copy the process's output to ``path`` as it comes, each line behind its time."""
+
+    def copy() -> None:
+        assert proc.stdout is not None
+        with proc.stdout, path.open("wb", buffering=0) as out:
+            for line in proc.stdout:
+                now = time.time()
+                stamp = time.strftime("%H:%M:%S", time.localtime(now)) + f".{now % 1:.3f}"[2:]
+                out.write(f"{stamp} ".encode() + line)
+
+    thread = threading.Thread(target=copy, name=f"log {path.name}", daemon=True)
+    thread.start()
+    return thread
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     from .seed import seed
@@ -86,14 +106,19 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYWEFT_")}
     env["PYWEFT_DASH_DB"] = db
+    # Output goes to files, each line stamped with the time it arrived (read when a test
+    # fails): a pipe nobody read until the end would stall the process once it filled.
+    logs = tmp_path_factory.mktemp("logs")
+    serve_log, worker_log = logs / "serve.log", logs / "worker.log"
     proc = subprocess.Popen(
         [PYWEFT, "serve", "tests.browser.shop:engine", "--port", str(port), "--auth", "keys"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )  # fmt: skip
+    copiers = [_stamped_copy(proc, serve_log)]
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while True:
-        assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+        assert proc.poll() is None, serve_log.read_text(errors="replace")
         try:
             if httpx.get(url + "/api/v1/health", timeout=1).status_code == 200:
                 break
@@ -105,22 +130,25 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     worker = subprocess.Popen(
         [PYWEFT, "worker", "tests.browser.shop", "--db", db, "--queue", "labels",
          "--id", WORKER_ID, "--concurrency", "4", "--drain-timeout", "2"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )  # fmt: skip
-    served = Served(url=url, db=db, admin_key=admin, read_key=reader)
+    copiers.append(_stamped_copy(worker, worker_log))
+    served = Served(url=url, db=db, admin_key=admin, read_key=reader, logs=(serve_log, worker_log))
     try:
         while not any(w["id"] == WORKER_ID for w in served.api("GET", "/workers").json()["items"]):
-            assert worker.poll() is None, worker.stderr.read().decode() if worker.stderr else ""
+            assert worker.poll() is None, worker_log.read_text(errors="replace")
             assert time.monotonic() < deadline + 30, "pyweft worker did not come up"
             time.sleep(0.05)
         yield served
     finally:
         worker.send_signal(signal.SIGTERM)
-        _, werr = worker.communicate(timeout=30)
+        worker.wait(timeout=30)
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
-        assert worker.returncode == 0, werr.decode()
-        assert proc.returncode == 0, err.decode()
+        proc.wait(timeout=30)
+        for copier in copiers:
+            copier.join(timeout=10)
+        assert worker.returncode == 0, worker_log.read_text(errors="replace")
+        assert proc.returncode == 0, serve_log.read_text(errors="replace")
 
 
 @pytest.fixture(scope="module")
@@ -148,8 +176,24 @@ def driver() -> Iterator[Any]:
         drv.quit()
 
 
+_CALL_FAILED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if report.when == "call" and report.failed:
+        item.stash[_CALL_FAILED] = True
+    return report
+
+
 @pytest.fixture
-def page(driver: Any, served: Served) -> Page:
+def page(request: pytest.FixtureRequest, driver: Any, served: Served) -> Iterator[Page]:
     driver.set_window_size(1280, 800)
     driver.get_log("browser")  # start each test with an empty console
-    return Page(driver, served)
+    page = Page(driver, served)
+    yield page
+    if request.node.stash.get(_CALL_FAILED, False):
+        name = request.node.name.replace("/", "_")
+        # Shown under the failure's "Captured stderr teardown", and kept under SHOTS.
+        print(page.failure_report(name), file=sys.stderr)

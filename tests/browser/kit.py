@@ -14,6 +14,10 @@ import httpx
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = Path(os.environ.get("PYWEFT_SCREENSHOTS", ROOT / "build" / "dashboard-screenshots"))
 
+_REQUESTS = """return performance.getEntriesByType('resource').slice(-25).map((e) =>
+  `  ${e.startTime.toFixed(0)}+${e.duration.toFixed(0)} ${e.initiatorType} ${e.name}`
+).join('\\n')"""
+
 
 @dataclass
 class Served:
@@ -21,6 +25,7 @@ class Served:
     db: str
     admin_key: str
     read_key: str
+    logs: tuple[Path, ...] = ()  # the server's and the worker's output, for failure reports
 
     def api(self, method: str, path: str, **kw: Any) -> httpx.Response:
         headers = {"Authorization": f"Bearer {self.admin_key}"}
@@ -33,6 +38,7 @@ class Page:
     def __init__(self, driver: Any, served: Served) -> None:
         self.d = driver
         self.served = served
+        self.console: list[dict[str, Any]] = []  # every console entry read so far
 
     def open(self, route: str) -> None:
         self.d.get(f"{self.served.url}/#/{route}")
@@ -95,4 +101,31 @@ class Page:
         return path
 
     def console_errors(self) -> list[str]:
-        return [e["message"] for e in self.d.get_log("browser") if e["level"] == "SEVERE"]
+        entries = self.d.get_log("browser")
+        self.console += entries
+        return [e["message"] for e in entries if e["level"] == "SEVERE"]
+
+    def failure_report(self, name: str) -> str:
+        """Leave a screenshot and a text report of the page as it is now (for a failed
+        test): the URL, the page's text, its console and the tail of the served logs."""
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        parts = [f"test: {name}", f"at: {time.strftime('%Y-%m-%dT%H:%M:%S%z')}"]
+        try:
+            self.d.save_screenshot(str(SHOTS / f"FAILED-{name}.png"))
+            parts.append("url: " + self.d.current_url)
+            parts.append("page:\n" + self.d.execute_script("return document.body.innerText"))
+            # The page's last finished requests (one still in flight is not listed).
+            parts.append("requests finished (ms since load):\n" + self.d.execute_script(_REQUESTS))
+            self.console_errors()
+        except Exception as exc:  # the browser itself may be what broke
+            parts.append(f"browser unavailable: {exc!r}")
+        parts.append(
+            "console:\n"
+            + "\n".join(f"  {e['timestamp']} {e['level']} {e['message']}" for e in self.console)
+        )
+        for log in self.served.logs:
+            lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+            parts.append(f"{log.name} (last 150 lines):\n" + "\n".join(lines[-150:]))
+        text = "\n\n".join(parts)
+        (SHOTS / f"FAILED-{name}.txt").write_text(text)
+        return text

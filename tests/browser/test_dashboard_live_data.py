@@ -118,3 +118,25 @@ def test_the_metrics_charts_fill_with_data_points_as_runs_start(page: Page) -> N
     page.until(lambda: len(page.all("#chart-runs circle")) >= 2, "the overview's chart", timeout=20)
     page.shot("overview-charts")
     assert page.console_errors() == []
+
+
+def test_pages_left_for_another_document_close_their_live_feeds(page: Page) -> None:
+    """Chrome keeps a page the user leaves in its back/forward cache, whole. A live feed
+    left open there holds one of the six connections Chrome allows per host, so after a
+    few page loads the next page's own requests waited (about a minute) behind them."""
+    page.sign_in(page.served.admin_key)
+    page.d.set_page_load_timeout(10)  # a page stuck behind held connections fails here
+    try:
+        for visit in range(8):  # more pages than connections: each goes to the cache
+            page.d.get(f"{page.served.url}/?visit={visit}#/runs")
+            page.wait_text("● live", "#runs-live")
+        # Back to the page from the cache: it follows the runs again.
+        page.d.back()
+        page.until(lambda: "visit=6" in page.d.current_url, "the page before")
+        page.wait_text("● live", "#runs-live")
+        body = {"type": "many_steps", "args": [1], "id": "after-back", "tags": ["back"]}
+        assert page.served.api("POST", "/workflows", json=body).status_code == 201
+        page.until(lambda: page.all('#runs-table tr[data-id="after-back"]'), "the new run, live")
+    finally:
+        page.d.set_page_load_timeout(300)
+    assert page.console_errors() == []

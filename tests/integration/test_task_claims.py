@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from pyweft.engine.tasks import claims
 from pyweft.engine.tasks import records as tr
 from pyweft.storage.base import Put, Storage
@@ -60,8 +62,8 @@ async def test_racing_workers_never_hold_the_same_task(backend: Backend) -> None
         got: list[claims.Claimed] = []
         for _ in range(4):  # several rounds, both at once each time
             a, b = await asyncio.gather(
-                claims.claim(one, "q", "wa", T0, 6, (0, 1)),
-                claims.claim(two, "q", "wb", T0, 6, (0, 1)),
+                claims.claim(one, "q", "wa", T0, 6, (0, 2)),
+                claims.claim(two, "q", "wb", T0, 6, (1, 2)),
             )
             got += a + b
         ids = [c.task.id for c in got]
@@ -96,18 +98,19 @@ async def test_an_expired_claim_fails_the_attempt_and_refuses_the_late_result(
         assert await claims.extend(storage, [held], T0 + 20) == [held]  # lost
 
 
+@pytest.mark.parametrize("share", [(0, 1), (0, 2)], ids=["lone-worker", "among-workers"])
 async def test_a_handed_back_task_keeps_its_place_and_skips_who_refused_it(
-    backend: Backend,
+    backend: Backend, share: tuple[int, int]
 ) -> None:
     async with backend.engine() as eng:
         storage = eng._core.storage
         await queue_tasks(storage, [task(1), task(2)])
-        [first] = await claims.claim(storage, "q", "w1", T0, 1)
+        [first] = await claims.claim(storage, "q", "w1", T0, 1, share)
         assert first.task.workflow_id == "run-1"
         assert await claims.hand_back(storage, first, refuse=True, error="no such activity")
-        [again] = await claims.claim(storage, "q", "w1", T0, 1)
+        [again] = await claims.claim(storage, "q", "w1", T0, 1, share)
         assert again.task.workflow_id == "run-2"  # w1 refused run-1
-        [other] = await claims.claim(storage, "q", "w2", T0, 1)
+        [other] = await claims.claim(storage, "q", "w2", T0, 1, share)
         assert other.task.workflow_id == "run-1"
         assert other.task.refused_by == ("w1",) and other.task.last_error == "no such activity"
         assert await storage.scan(tr.LEASE_PREFIX) != []
@@ -120,8 +123,9 @@ async def test_a_handed_back_task_keeps_its_place_and_skips_who_refused_it(
         assert await storage.scan(tr.TASK_PREFIX) == []
 
 
+@pytest.mark.parametrize("share", [(0, 1), (0, 2)], ids=["lone-worker", "among-workers"])
 async def test_a_dead_workers_concurrency_slot_comes_back_only_when_its_claim_expires(
-    backend: Backend,
+    backend: Backend, share: tuple[int, int]
 ) -> None:
     from pyweft.engine.tasks import limits
 
@@ -129,13 +133,13 @@ async def test_a_dead_workers_concurrency_slot_comes_back_only_when_its_claim_ex
         storage = eng._core.storage
         await limits.store(storage, limits.check("q", 1, None))
         await queue_tasks(storage, [task(1, visibility=10.0), task(2, visibility=10.0)])
-        [held] = await claims.claim(storage, "q", "dies", T0, 5)
+        [held] = await claims.claim(storage, "q", "dies", T0, 5, share)
         assert held.task.slot is not None
         # The holder is SIGKILLed: nobody may run a second task of the queue meanwhile.
-        assert await claims.claim(storage, "q", "w2", T0 + 5, 5) == []
+        assert await claims.claim(storage, "q", "w2", T0 + 5, 5, share) == []
         assert await claims.reap(storage, T0 + 9) == 0
-        assert await claims.claim(storage, "q", "w2", T0 + 9, 5) == []
+        assert await claims.claim(storage, "q", "w2", T0 + 9, 5, share) == []
         assert await claims.reap(storage, T0 + 11) == 1  # expired: the attempt fails...
-        [next_one] = await claims.claim(storage, "q", "w2", T0 + 11, 5)
+        [next_one] = await claims.claim(storage, "q", "w2", T0 + 11, 5, share)
         assert next_one.task.workflow_id == "run-2"  # ...and its slot is free again
         assert [k for k, _ in await storage.scan(limits.CONCURRENCY_PREFIX)] == [next_one.task.slot]

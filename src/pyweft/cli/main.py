@@ -15,6 +15,7 @@ from pyweft.cli import (
     activities,
     apps,
     bulk,
+    conformance,
     demo,
     doctor,
     keys,
@@ -77,6 +78,7 @@ app.add_typer(keys.app, name="keys")
 app.command("mcp")(mcp.mcp)
 app.command("worker")(worker.worker)
 app.add_typer(workers.app, name="workers")
+app.command("conformance")(conformance.conformance)
 
 
 def _print_version() -> None:

@@ -1,5 +1,8 @@
 """``pyweft worker MODULE --queue media --concurrency 8``: serve activity task queues.
 
+With ``--server URL`` (and ``--token``) the worker reaches the queues through a
+pyweft server's task stream instead of opening the store.
+
 The module's top-level ``@activity`` functions (defined there or imported) are
 what the worker can run. It serves until SIGTERM or SIGINT, then drains: no new
 claims, in-flight attempts get ``--drain-timeout`` to finish, the rest go back
@@ -17,6 +20,7 @@ import typer
 
 from pyweft.cli import DbOption, bad_parameter, cli_codec, render, run
 from pyweft.cli.apps import _cwd_importable
+from pyweft.cli.remote import ServerOption, TokenOption, require_server_extra
 from pyweft.definitions import ActivityDefinition
 from pyweft.storage.factory import open_storage
 from pyweft.worker import Worker
@@ -71,10 +75,39 @@ def worker(
         float, typer.Option("--poll-interval", metavar="SECONDS", min=0.001, max=60)
     ] = 1.0,
     db: DbOption = None,
+    server: ServerOption = None,
+    token: TokenOption = None,
 ) -> None:
-    """Serve activity task queues until SIGTERM/SIGINT, then drain."""
+    """Serve activity task queues until SIGTERM/SIGINT, then drain. With --server, through
+    a pyweft server's task stream instead of the store (docs/guides/remote-workers.md)."""
     activities = load_activities(module)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if server is not None:
+        if db is not None:
+            bad_parameter("give --db or --server, not both (check $PYWEFT_DATABASE_URL)")
+        require_server_extra("pyweft worker --server")
+        from pyweft.worker.remote import RemoteWorker
+
+        async def serve_remote() -> None:
+            remote = RemoteWorker(
+                server,
+                token=token,
+                activities=activities,
+                queues=queue or ["default"],
+                concurrency=concurrency,
+                worker_id=worker_id,
+                drain_timeout=drain_timeout,
+                codec=cli_codec(),
+            )
+            render.console().print(
+                f"worker {remote.id} serves {', '.join(remote.queues)} via {remote.url} "
+                f"({len(activities)} activities, {concurrency} slots)",
+                soft_wrap=True,
+            )
+            await remote.run()
+
+        run(serve_remote())
+        return
 
     async def serve() -> None:
         storage = open_storage(db, sqlite_create=False)

@@ -10,6 +10,7 @@ from pyweft.server.auth import AuditRecord, JwtConfig, Principal, ServerAuth
 from pyweft.server.cors import CorsConfig
 from pyweft.server.keys import ApiKeyInfo, ApiKeyStore
 from pyweft.server.scopes import SCOPES
+from pyweft.server.task_hub import TaskStreamOptions
 
 __all__ = [
     "SCOPES",
@@ -21,5 +22,6 @@ __all__ = [
     "Principal",
     "RateLimit",
     "ServerAuth",
+    "TaskStreamOptions",
     "create_app",
 ]

@@ -49,6 +49,8 @@ from pyweft.server.keys import ApiKeyStore
 from pyweft.server.mcp.http import PATH as MCP_PATH
 from pyweft.server.mcp.http import McpEndpoint
 from pyweft.server.metrics import ServerMetrics
+from pyweft.server.routes_tasks_ws import TaskStreams
+from pyweft.server.task_hub import TaskStreamOptions
 
 log = logging.getLogger("pyweft.server")
 
@@ -185,6 +187,7 @@ def create_app(
     max_streams_per_run: int = 100,
     clock: Callable[[], float] = monotonic,
     dashboard: bool = False,
+    task_streams: TaskStreamOptions | None = None,
 ) -> Starlette:
     """The ASGI app for ``engine``: REST under ``/api/v1``, SSE and WebSocket feeds, and
     ``/openapi.json``. Mount it in your own Starlette or FastAPI app, or run it with
@@ -197,6 +200,9 @@ def create_app(
     ``dashboard=True`` also serves the web dashboard at ``/`` (static files from the
     wheel; the page itself calls the API above with the user's key, so it needs no
     route of its own). ``pyweft serve`` turns it on unless ``--no-dashboard``.
+
+    ``task_streams`` tunes the remote worker WebSocket (``/api/v1/tasks/{queue}/stream``,
+    docs/guides/remote-workers.md): reconnect grace, heartbeat interval, shutdown wait.
     """
     if max_body_bytes < 1:
         raise ConfigurationError("max_body_bytes must be at least 1")
@@ -225,6 +231,8 @@ def create_app(
     routes: list[BaseRoute] = [_endpoint_route(ep, state) for ep in _sorted(ENDPOINTS)]
     routes.append(_ws_route("/events/ws", state, per_run=False))
     routes.append(_ws_route("/workflows/{workflow_id}/watch", state, per_run=True))
+    tasks = TaskStreams(state, task_streams)  # remote workers (routes_tasks_ws.py)
+    routes.extend(tasks.routes(API_PREFIX))
 
     async def openapi(request: Request) -> Response:
         from pyweft.server.openapi import document
@@ -250,6 +258,7 @@ def create_app(
         try:
             yield
         finally:
+            await tasks.close()
             await mcp.close()
             await state.journal.close()
 
@@ -274,4 +283,5 @@ def create_app(
         routes=routes, middleware=middleware, exception_handlers=handlers, lifespan=lifespan
     )
     app.state.pyweft = state
+    app.state.pyweft_tasks = tasks.hub
     return app

@@ -79,7 +79,14 @@ async def serve(
                 engine, auth=auth, cors=cors, rate_limit=rate_limit, dashboard=dashboard
             )
             journal = app.state.pyweft.journal
-            await _Server(uvicorn.Config(app, **config), on_exit=journal.end_feeds).serve()
+            hub = app.state.pyweft_tasks  # remote workers finish their attempts first
+
+            async def drain_workers() -> None:
+                await hub.shutdown(timeout_s=graceful_s, reason="server stopping")
+
+            await _Server(
+                uvicorn.Config(app, **config), on_exit=journal.end_feeds, before_exit=drain_workers
+            ).serve()
 
 
 def _server_class() -> Any:
@@ -93,9 +100,18 @@ def _server_class() -> Any:
         drain for the whole grace period."""
 
         on_exit: Any = None
+        before_exit: Any = None  # a coroutine function run before uvicorn stops
         loop: Any = None
+        _draining = False
 
         def handle_exit(self, sig: int, frame: Any) -> None:
+            if self.before_exit is not None and self.loop is not None and not self._draining:
+                # First ask the remote workers to finish and close (uvicorn would cut
+                # their sockets at once); a second signal stops at once.
+                self._draining = True
+                with contextlib.suppress(RuntimeError):
+                    self.loop.call_soon_threadsafe(self._drain_then_exit, sig, frame)
+                    return
             super().handle_exit(sig, frame)
             if self.on_exit is not None and self.loop is not None:
                 with contextlib.suppress(RuntimeError):  # the loop already closed
@@ -117,13 +133,27 @@ def _server_class() -> Any:
                 for sig, handler in previous.items():
                     signal.signal(sig, handler)
 
+        def _drain_then_exit(self, sig: int, frame: Any) -> None:
+            import asyncio
+
+            async def drain() -> None:
+                try:
+                    await self.before_exit()
+                except Exception:
+                    log.exception("draining the remote workers failed")
+                finally:
+                    self.handle_exit(sig, frame)
+
+            self._drain_task = asyncio.ensure_future(drain())
+
     return Server
 
 
 class _Server:
-    def __init__(self, config: Any, on_exit: Any = None) -> None:
+    def __init__(self, config: Any, on_exit: Any = None, before_exit: Any = None) -> None:
         self._server = _server_class()(config)
         self._server.on_exit = on_exit
+        self._server.before_exit = before_exit
 
     async def serve(self) -> None:
         await self._server.serve()

@@ -61,6 +61,11 @@ class Coalescer(Generic[T, R]):
     def inflight(self) -> int:
         return self._inflight
 
+    @property
+    def queued(self) -> int:
+        """Items waiting for a free slot (they go with the next group)."""
+        return len(self._queue)
+
     async def submit(self, item: T) -> R:
         """Send ``item`` (alone, or in the next group) and return its result."""
         if self._inflight < self._max_inflight and not self._queue:

@@ -19,6 +19,7 @@ from pyweft.storage.base import (
     Op,
     Put,
     StorageCapabilities,
+    TakePlan,
     Unlisten,
     prefix_end,
 )
@@ -104,6 +105,37 @@ class MemoryStorage:
             return False
         self._apply(ops)
         return True
+
+    async def take(
+        self,
+        prefix: str,
+        *,
+        start: str | None = None,
+        limit: int,
+        plan: TakePlan,
+        peek: Sequence[str] = (),
+    ) -> list[bool]:
+        """Read, plan and write with no await in between (optional protocol extension):
+        no other operation can interleave, so there is nothing to skip."""
+        if limit < 0:
+            raise ValueError(f"take limit must be >= 0, got {limit}")
+        await self._enter()
+        lower = prefix if start is None else max(prefix, start)
+        upper = prefix_end(prefix)
+        lo = bisect_left(self._keys, lower)
+        hi = len(self._keys) if upper is None else bisect_left(self._keys, upper)
+        pairs = [(key, self._values[key]) for key in self._keys[lo : min(hi, lo + limit)]]
+        peeked = [self._values.get(key) for key in peek]
+        batches = [(tuple(c), tuple(o)) for c, o in plan(pairs, peeked)]
+        for _, ops in batches:
+            _check_ops(ops)
+        out = []
+        for conditions, ops in batches:
+            held = all(self._values.get(cond.key) == cond.value for cond in conditions)
+            if held:
+                self._apply(ops)
+            out.append(held)
+        return out
 
     async def notify(self, topic: str) -> None:
         """Call every listener of ``topic`` (soon, on the loop, never inside this call)."""

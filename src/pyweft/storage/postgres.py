@@ -35,6 +35,7 @@ server closed while idle are detected before use, without a round trip.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import random
 import re
@@ -61,6 +62,7 @@ from pyweft.storage.base import (
     Read,
     ReadResult,
     StorageCapabilities,
+    TakePlan,
     Unlisten,
     prefix_end,
 )
@@ -85,7 +87,9 @@ SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = %(schema)s),
        EXISTS (SELECT FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
                WHERE n.nspname = %(schema)s AND p.proname = %(fn)s),
        EXISTS (SELECT FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-               WHERE n.nspname = %(schema)s AND p.proname = %(group_fn)s)
+               WHERE n.nspname = %(schema)s AND p.proname = %(group_fn)s),
+       EXISTS (SELECT FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+               WHERE n.nspname = %(schema)s AND p.proname = %(try_fn)s)
 """
 _SQL_COLUMNS = """
 SELECT a.attname, format_type(a.atttypid, a.atttypmod), co.collname
@@ -165,7 +169,72 @@ _SQL_WRITE_GROUP = (
     "SELECT {group_fn}(%s::int8[], %s::int4[], %s::text[], %s::bytea[], %s::int4[], %s::text[], "
     "%s::int4[], %s::text[], %s::bytea[])"
 )
+# take(): the batches a taker planned from the rows it holds (FOR UPDATE SKIP LOCKED), in
+# the same transaction. Batch i owns lock_ids up to l_end[i] (and the other slices as in
+# the group function). Its locks are only *tried*: a batch whose key another writer holds
+# is refused instead of waited for, since the taker already holds row locks that writer
+# may be waiting for (waiting could deadlock).
+_TRY_GROUP_FUNCTION = "pyweft_try_write_group_v1"
+_SQL_CREATE_TRY_GROUP = """
+CREATE FUNCTION {try_fn}(l_end int4[], lock_ids int8[], c_end int4[], ck text[], cv bytea[],
+                     d_end int4[], dk text[], p_end int4[], pk text[], pv bytea[])
+RETURNS boolean[] LANGUAGE plpgsql VOLATILE AS $body$
+DECLARE
+  held boolean[] := '{{}}';
+  ok boolean;
+  l0 int4 := 0;
+  c0 int4 := 0;
+  d0 int4 := 0;
+  p0 int4 := 0;
+BEGIN
+  FOR i IN 1 .. cardinality(c_end) LOOP
+    SELECT coalesce(bool_and(pg_try_advisory_xact_lock(id)), true) INTO ok
+      FROM unnest(lock_ids[l0 + 1 : l_end[i]]) AS id;
+    IF ok AND c_end[i] > c0 AND EXISTS (
+        SELECT FROM unnest(ck[c0 + 1 : c_end[i]], cv[c0 + 1 : c_end[i]]) AS c(key, value)
+        LEFT JOIN {kv} AS kv USING (key) WHERE kv.value IS DISTINCT FROM c.value) THEN
+      ok := false;
+    END IF;
+    IF ok THEN
+      IF d_end[i] > d0 THEN
+        DELETE FROM {kv} WHERE key = ANY(dk[d0 + 1 : d_end[i]]);
+      END IF;
+      IF p_end[i] > p0 THEN
+        INSERT INTO {kv} (key, value)
+          SELECT * FROM unnest(pk[p0 + 1 : p_end[i]], pv[p0 + 1 : p_end[i]])
+          ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value;
+      END IF;
+    END IF;
+    held := held || ok;
+    l0 := l_end[i];
+    c0 := c_end[i];
+    d0 := d_end[i];
+    p0 := p_end[i];
+  END LOOP;
+  RETURN held;
+END
+$body$
+"""
+_SQL_TRY_WRITE_GROUP = (
+    "SELECT {try_fn}(%s::int4[], %s::int8[], %s::int4[], %s::text[], %s::bytea[], %s::int4[], "
+    "%s::text[], %s::int4[], %s::text[], %s::bytea[])"
+)
+_SQL_TAKE = (
+    "SELECT key, value FROM {kv} WHERE key >= %s AND key < %s ORDER BY key LIMIT %s "
+    "FOR UPDATE SKIP LOCKED"
+)
+# The same, with the peeked keys read (not locked) in the same statement, tagged true.
+_SQL_TAKE_PEEK = (
+    "WITH taken AS (SELECT key, value FROM {kv} WHERE key >= %s AND key < %s ORDER BY key "
+    "LIMIT %s FOR UPDATE SKIP LOCKED) "
+    "SELECT false, key, value FROM taken "
+    "UNION ALL SELECT true, key, value FROM {kv} WHERE key = ANY(%s::text[])"
+)
 _SQL_NOTIFY = b"SELECT pg_notify(%s, '')"
+# A notification made while writes queue rides with the next group, in its transaction
+# (delivered at its commit, so after every write its caller made before): no trip of its own.
+_NOTIFY_TAIL = ", (SELECT count(pg_notify(c, '')) FROM unnest(%s::text[]) AS c)"
+_SQL_NOTIFY_MANY = b"SELECT count(pg_notify(c, '')) FROM unnest(%s::text[]) AS c"
 _SQL_GET = "SELECT value FROM {kv} WHERE key = %s"
 _SQL_GET_MANY = "SELECT key, value FROM {kv} WHERE key = ANY(%s::text[])"
 # Formatted with the lower bound's operator, an upper bound and the order. LIMIT NULL: all.
@@ -247,11 +316,17 @@ class PostgresStorage:
             "kv": sql.Identifier(schema, "kv"),
             "fn": sql.Identifier(schema, _WRITE_FUNCTION),
             "group_fn": sql.Identifier(schema, _GROUP_FUNCTION),
+            "try_fn": sql.Identifier(schema, _TRY_GROUP_FUNCTION),
         }
         self._sql_get = _render(_SQL_GET, names)
+        self._sql_take = _render(_SQL_TAKE, names)
+        self._sql_take_peek = _render(_SQL_TAKE_PEEK, names)
+        self._sql_try_write_group = _render(_SQL_TRY_WRITE_GROUP, names)
         self._sql_get_many = _render(_SQL_GET_MANY, names)
         self._sql_write = _render(_SQL_WRITE, names)
         self._sql_write_group = _render(_SQL_WRITE_GROUP, names)
+        self._sql_write_notify = _render(_SQL_WRITE + _NOTIFY_TAIL, names)
+        self._sql_write_group_notify = _render(_SQL_WRITE_GROUP + _NOTIFY_TAIL, names)
         self._sql_scan = {
             (low, high, rev): _render(_SQL_SCAN.format(low, high, rev), names)
             for low in (">=", ">")
@@ -366,6 +441,9 @@ class PostgresStorage:
     async def notify(self, topic: str) -> None:
         """Wake every ``listen(topic, ...)`` on this schema, in any process (best effort)."""
         channel = pg_listen.channel_name(self._schema, topic)
+        if self._writes.queued:  # a group is about to go: ride with it
+            await self._writes.submit(_Batch({}, {}, channel))
+            return
         await self._execute("notify", _SQL_NOTIFY, (channel,), idempotent=True)
 
     async def listen(self, topic: str, callback: Callable[[], None]) -> Unlisten:
@@ -429,53 +507,154 @@ class PostgresStorage:
             return held
         return await self._writes.submit(_Batch(expected, final))
 
-    async def _send_group(self, batches: Sequence[_Batch]) -> list[bool]:
-        """One round trip and one transaction for every batch of a group."""
+    async def _send_group(self, items: Sequence[_Batch]) -> list[bool]:
+        """One round trip and one transaction for every batch of a group, and for the
+        notifications that ride with it."""
+        batches = [b for b in items if b.notify is None]
+        channels = sorted({b.notify for b in items if b.notify is not None})
+        if not channels:
+            return await self._send_batches(batches, None)
+        tail = _array(_TEXT, (c.encode() for c in channels))
+        if not batches:
+            await self._execute("notify", _SQL_NOTIFY_MANY, (tail,), idempotent=True)
+            return [True] * len(items)
+        held = iter(await self._send_batches(batches, tail))
+        return [True if b.notify is not None else next(held) for b in items]
+
+    async def _send_batches(self, batches: Sequence[_Batch], notify: _Array | None) -> list[bool]:
         if len(batches) == 1:
-            return [await self._send_one(batches[0])]
+            return [await self._send_one(batches[0], notify)]
         lock_ids = sorted({self._lock_id(k) for b in batches for k in (*b.expected, *b.final)})
-        ends: tuple[list[int], list[int], list[int]] = ([], [], [])
-        ck: list[bytes] = []
-        cv: list[bytes | None] = []
-        dk: list[bytes] = []
-        pk: list[bytes] = []
-        pv: list[bytes] = []
-        for batch in batches:
-            for key, expected in batch.expected.items():
-                ck.append(key.encode())
-                cv.append(expected)
-            for key, value in batch.final.items():
-                if value is None:
-                    dk.append(key.encode())
-                else:
-                    pk.append(key.encode())
-                    pv.append(value)
-            ends[0].append(len(ck))
-            ends[1].append(len(dk))
-            ends[2].append(len(pk))
-        params = (
+        params: tuple[_Array, ...] = (
             _array(_INT8, (_INT8_BYTES.pack(i) for i in lock_ids)),
-            _array(_INT4, (_INT4_BYTES.pack(i) for i in ends[0])),
-            _array(_TEXT, ck),
-            _array(_BYTEA, cv),
-            _array(_INT4, (_INT4_BYTES.pack(i) for i in ends[1])),
-            _array(_TEXT, dk),
-            _array(_INT4, (_INT4_BYTES.pack(i) for i in ends[2])),
-            _array(_TEXT, pk),
-            _array(_BYTEA, pv),
+            *_group_arrays(batches),
         )
-        rows = await self._execute("commit", self._sql_write_group, params, idempotent=False)
+        query = self._sql_write_group
+        if notify is not None:
+            query, params = self._sql_write_group_notify, (*params, notify)
+        rows = await self._execute("commit", query, params, idempotent=False)
         held: list[bool] = rows[0][0]
         if len(held) != len(batches):
             raise StorageError(f"PostgreSQL write function answered {held!r} for {len(batches)}")
         return held
 
-    async def _send_one(self, batch: _Batch) -> bool:
+    async def take(
+        self,
+        prefix: str,
+        *,
+        start: str | None = None,
+        limit: int,
+        plan: TakePlan,
+        peek: Sequence[str] = (),
+    ) -> list[bool]:
+        """Take rows with ``FOR UPDATE SKIP LOCKED`` and write what ``plan`` makes of them,
+        in one transaction and two round trips (optional protocol extension; see
+        :class:`~pyweft.storage.base.TakingStorage`)."""
+        self._raise_if_closed()
+        if limit < 0:
+            raise ValueError(f"take limit must be >= 0, got {limit}")
+        lower = _check_key(prefix) if start is None else max(prefix, _check_key(start))
+        upper = prefix_end(_check_key(prefix))
+        if upper is None or "\0" in lower or limit == 0:
+            raise ValueError(
+                f"take needs a non-empty prefix and a start without NUL, got {prefix!r}, {start!r}"
+            )
+        pool = self._pool or await self._open()
+        try:
+            conn = await pool.getconn(timeout=self._acquire_timeout_s)
+        except PoolClosed:
+            raise self._closed_error() from None
+        except PoolTimeout as exc:
+            raise StorageError(
+                f"no PostgreSQL connection to {self._where} became available within "
+                f"{self._acquire_timeout_s:g}s; is the server up and reachable?"
+            ) from exc
+        sent = False
+        try:
+            async with conn.pipeline() as pipe:
+                await conn.execute(b"BEGIN")
+                wanted = [key for key in peek if "\0" not in _check_key(key)]
+                found: dict[str, bytes] = {}
+                pairs: list[tuple[str, bytes]] = []
+                if wanted:
+                    keys = _array(_TEXT, (key.encode() for key in set(wanted)))
+                    cur = await conn.execute(self._sql_take_peek, (lower, upper, limit, keys))
+                    await pipe.sync()
+                    for peeked_row, key, value in await cur.fetchall():
+                        if peeked_row:
+                            found[key] = bytes(value)
+                        else:
+                            pairs.append((key, bytes(value)))
+                    pairs.sort()  # UNION ALL promises no order
+                else:
+                    cur = await conn.execute(self._sql_take, (lower, upper, limit))
+                    await pipe.sync()
+                    pairs = [(key, bytes(value)) for key, value in await cur.fetchall()]
+                peeked = [found.get(k) for k in peek]
+                batches = [self._checked(c, o) for c, o in plan(pairs, peeked)]
+                writing = [b for b in batches if b is not None]
+                wrote = None
+                if writing:
+                    sent = True
+                    wrote = await conn.execute(self._sql_try_write_group, self._try_params(writing))
+                await conn.execute(b"COMMIT")
+                await pipe.sync()
+                held = list((await wrote.fetchall())[0][0]) if wrote is not None else []
+        except BaseException as exc:
+            if not (conn.broken or conn.closed):
+                with contextlib.suppress(Exception):
+                    await conn.rollback()
+            if isinstance(exc, psycopg.Error):
+                lost = conn.broken or conn.closed
+                raise self._error(exc, "take", unknown=sent and lost) from exc
+            raise
+        finally:
+            await pool.putconn(conn)
+        if len(held) != len(writing):
+            raise StorageError(f"PostgreSQL take answered {held!r} for {len(writing)} batches")
+        answers = iter(held)
+        return [False if b is None else next(answers) for b in batches]
+
+    def _checked(self, conditions: Sequence[Expect], ops: Sequence[Op]) -> _Batch | None:
+        """A planned batch as :meth:`_write` would send it; ``None``: it cannot hold."""
+        final: dict[str, bytes | None] = {}
+        for op in ops:
+            if isinstance(op, Put):
+                if not isinstance(op.value, bytes) or "\0" in _check_key(op.key):
+                    raise ValueError(f"take: cannot store {op!r}")
+                final[op.key] = op.value
+            elif isinstance(op, Delete):
+                if "\0" not in _check_key(op.key):
+                    final[op.key] = None
+            else:
+                raise TypeError(f"batch ops must be Put or Delete, got {type(op)}")
+        expected: dict[str, bytes | None] = {}
+        for c in conditions:
+            if "\0" in _check_key(c.key):
+                if c.value is not None:
+                    return None
+            elif expected.setdefault(c.key, c.value) != c.value:
+                return None
+        return _Batch(expected, final)
+
+    def _try_params(self, batches: Sequence[_Batch]) -> tuple[_Array, ...]:
+        lock_ids: list[int] = []
+        l_end: list[int] = []
+        for b in batches:
+            lock_ids += {self._lock_id(k) for k in (*b.expected, *b.final)}
+            l_end.append(len(lock_ids))
+        return (
+            _array(_INT4, (_INT4_BYTES.pack(i) for i in l_end)),
+            _array(_INT8, (_INT8_BYTES.pack(i) for i in lock_ids)),
+            *_group_arrays(batches),
+        )
+
+    async def _send_one(self, batch: _Batch, notify: _Array | None = None) -> bool:
         """A lone batch, through the simpler function: no per-batch loop on the server."""
-        expected, final = batch
+        expected, final, _ = batch
         lock_ids = sorted({self._lock_id(key) for key in (*expected, *final)})
         puts = [(key, value) for key, value in final.items() if value is not None]
-        params = (
+        params: tuple[_Array, ...] = (
             _array(_INT8, (_INT8_BYTES.pack(i) for i in lock_ids)),
             _array(_TEXT, (key.encode() for key in expected)),
             _array(_BYTEA, expected.values()),
@@ -483,7 +662,10 @@ class PostgresStorage:
             _array(_TEXT, (key.encode() for key, _ in puts)),
             _array(_BYTEA, (value for _, value in puts)),
         )
-        rows = await self._execute("commit", self._sql_write, params, idempotent=False)
+        query = self._sql_write
+        if notify is not None:
+            query, params = self._sql_write_notify, (*params, notify)
+        rows = await self._execute("commit", query, params, idempotent=False)
         return bool(rows[0][0])
 
     # --- connections, retries, errors -----------------------------------------------
@@ -587,13 +769,24 @@ class PostgresStorage:
             "kv": sql.Identifier(self._schema, "kv"),
             "fn": sql.Identifier(self._schema, _WRITE_FUNCTION),
             "group_fn": sql.Identifier(self._schema, _GROUP_FUNCTION),
+            "try_fn": sql.Identifier(self._schema, _TRY_GROUP_FUNCTION),
         }
         async with conn.transaction():
             # Serialise concurrent first uses: CREATE ... IF NOT EXISTS can still race.
             await conn.execute(_SQL_SETUP_LOCK, (self._lock_id(""),))
-            found = {"schema": self._schema, "fn": _WRITE_FUNCTION, "group_fn": _GROUP_FUNCTION}
+            found = {
+                "schema": self._schema,
+                "fn": _WRITE_FUNCTION,
+                "group_fn": _GROUP_FUNCTION,
+                "try_fn": _TRY_GROUP_FUNCTION,
+            }
             row = await (await conn.execute(_SQL_EXISTING, found)).fetchone()
-            has_schema, has_function, has_group_function = row or (False, False, False)
+            has_schema, has_function, has_group_function, has_try_function = row or (
+                False,
+                False,
+                False,
+                False,
+            )
             if not has_schema:
                 await conn.execute(sql.SQL(_SQL_CREATE_SCHEMA).format(**names))
             columns = await (await conn.execute(_SQL_COLUMNS, (self._schema,))).fetchall()
@@ -605,6 +798,8 @@ class PostgresStorage:
                 await conn.execute(sql.SQL(_SQL_CREATE_WRITE).format(**names))
             if not has_group_function:
                 await conn.execute(sql.SQL(_SQL_CREATE_GROUP).format(**names))
+            if not has_try_function:
+                await conn.execute(sql.SQL(_SQL_CREATE_TRY_GROUP).format(**names))
 
     def _check_table(self, columns: dict[str, tuple[str, str | None]]) -> None:
         if columns.get("key", ("", ""))[0] != "text" or columns.get("value", ("",))[0] != "bytea":
@@ -681,11 +876,46 @@ _LENGTH = struct.Struct("!i")
 _NULL = _LENGTH.pack(-1)
 
 
+def _group_arrays(batches: Sequence[_Batch]) -> tuple[_Array, ...]:
+    """The condition, delete and put arrays of a group, each batch's slices ending at the
+    ``*_end`` offsets (as the group functions take them)."""
+    ends: tuple[list[int], list[int], list[int]] = ([], [], [])
+    ck: list[bytes] = []
+    cv: list[bytes | None] = []
+    dk: list[bytes] = []
+    pk: list[bytes] = []
+    pv: list[bytes] = []
+    for batch in batches:
+        for key, expected in batch.expected.items():
+            ck.append(key.encode())
+            cv.append(expected)
+        for key, value in batch.final.items():
+            if value is None:
+                dk.append(key.encode())
+            else:
+                pk.append(key.encode())
+                pv.append(value)
+        ends[0].append(len(ck))
+        ends[1].append(len(dk))
+        ends[2].append(len(pk))
+    return (
+        _array(_INT4, (_INT4_BYTES.pack(i) for i in ends[0])),
+        _array(_TEXT, ck),
+        _array(_BYTEA, cv),
+        _array(_INT4, (_INT4_BYTES.pack(i) for i in ends[1])),
+        _array(_TEXT, dk),
+        _array(_INT4, (_INT4_BYTES.pack(i) for i in ends[2])),
+        _array(_TEXT, pk),
+        _array(_BYTEA, pv),
+    )
+
+
 class _Batch(NamedTuple):
     """One caller's write, validated: conditions and each key's final value (None: delete)."""
 
     expected: dict[str, bytes | None]
     final: dict[str, bytes | None]
+    notify: str | None = None  # not a write: a channel to notify with the group
 
 
 class _Array(bytes):

@@ -157,6 +157,49 @@ class StorageConformance(ABC):
         assert await read_many(reads) == expected
         assert await read_many([]) == []
 
+    async def test_take_when_offered_writes_the_planned_batches(self, storage: Storage) -> None:
+        take = getattr(storage, "take", None)
+        if take is None:
+            return  # an optional extension; nothing to check
+        await storage.batch([Put(key=k, value=k.encode()) for k in ("q:!", "q:1", "q:2", "q:3")])
+        await storage.batch([Put(key="cfg", value=b"c")])
+        seen: list[object] = []
+
+        def plan(
+            pairs: list[tuple[str, bytes]], peeked: list[bytes | None]
+        ) -> list[tuple[list[Expect], list[Op]]]:
+            seen.extend([pairs, peeked])
+            batches: list[tuple[list[Expect], list[Op]]] = [
+                ([Expect(key=k, value=v)], [Delete(key=k), Put(key="t:" + k, value=v)])
+                for k, v in pairs
+            ]
+            batches.append(([Expect(key="q:1", value=b"other")], [Put(key="never", value=b"")]))
+            return batches
+
+        got = await take("q:", start="q:0", limit=2, plan=plan, peek=["cfg", "absent"])
+        assert seen == [[("q:1", b"q:1"), ("q:2", b"q:2")], [b"c", None]]
+        assert got == [True, True, False]
+        assert await storage.scan("q:") == [("q:!", b"q:!"), ("q:3", b"q:3")]
+        assert await storage.scan("t:") == [("t:q:1", b"q:1"), ("t:q:2", b"q:2")]
+        assert await storage.get("never") is None
+        assert await take("none:", limit=5, plan=lambda pairs, _: []) == []
+
+    async def test_take_when_offered_writes_nothing_when_the_plan_fails(
+        self, storage: Storage
+    ) -> None:
+        take = getattr(storage, "take", None)
+        if take is None:
+            return  # an optional extension; nothing to check
+        await storage.batch([Put(key="q:1", value=b"1")])
+
+        def plan(pairs: list[tuple[str, bytes]], peeked: list[bytes | None]) -> list[object]:
+            raise RuntimeError("plan failed")
+
+        with pytest.raises(RuntimeError, match="plan failed"):
+            await take("q:", limit=5, plan=plan)
+        assert await storage.scan("q:") == [("q:1", b"1")]
+        assert await take("q:", limit=5, plan=lambda pairs, _: []) == []  # still usable
+
     async def test_scan_with_an_empty_prefix_returns_every_key(self, storage: Storage) -> None:
         await self._seed_scan_keys(storage)
         ordered = sorted(_SCAN_KEYS, key=lambda key: key.encode())

@@ -400,9 +400,10 @@ class FaultyStorage:
     def __getattr__(self, name: str) -> Any:
         # Optional extensions and adapter attributes (listen/notify, path...) pass
         # through; ``count`` is a read, so it can fault like one.
-        if name.startswith("_") or name == "read_many":
+        if name.startswith("_") or name in ("read_many", "take"):
             # Without read_many the engine reads one key or range at a time, and each
-            # of those reads can fault on its own.
+            # of those reads can fault on its own; without take, workers claim through
+            # scan and conditional_batch, which fault like any read and write.
             raise AttributeError(name)
         attr = getattr(self._inner, name)
         if name == "count":

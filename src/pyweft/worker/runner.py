@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any, cast
 
@@ -46,6 +48,12 @@ class Beats:
         self.last = time.monotonic()
 
 
+@functools.lru_cache(maxsize=1024)
+def _param_types(fn: Callable[..., Any]) -> tuple[object, ...]:
+    """The activity's parameter annotations: resolved once, not for every attempt."""
+    return call_types(fn, skip_first=False)[0]
+
+
 async def run_task(
     task: tr.Task,
     act: ActivityDefinition,
@@ -58,7 +66,7 @@ async def run_task(
 ) -> tr.TaskResult:
     """Run ``task`` and return its outcome (cancelled from outside: raises CancelledError)."""
     try:
-        params, _, _ = call_types(act.fn, skip_first=False)
+        params = _param_types(act.fn)
         args = decode_args(codec, task.args, params)
     except PayloadError as exc:  # the same arguments fail on any worker
         return _failed(task, worker_id, now, exc, non_retryable=True)

@@ -35,23 +35,25 @@ import msgspec
 
 from pyweft.clock import Clock, SystemClock
 from pyweft.codec import DefaultPayloadCodec, PayloadCodec
-from pyweft.definitions import ActivityDefinition, Duration, activity_definition_of
+from pyweft.definitions import ActivityDefinition, Duration
 from pyweft.durations import parse_duration
 from pyweft.engine.steps.activity_context import ActivityContext
 from pyweft.engine.tasks import claims
 from pyweft.engine.tasks import records as tr
 from pyweft.engine.tasks.claims import Claimed
 from pyweft.engine.tasks.doorbell import Notifier, Unlisten
-from pyweft.errors import ConfigurationError, InvalidArgumentError
+from pyweft.errors import ConfigurationError
 from pyweft.observability import flow
 from pyweft.observability.interceptors import Interceptor
 from pyweft.observability.worker_side import activity_chain
 from pyweft.storage.base import Delete, Expect, Get, Put, Storage, read_many
 from pyweft.storage.factory import open_storage
+from pyweft.worker.config import activity_table, check_concurrency, check_queues
 from pyweft.worker.runner import run_task
 
 log = logging.getLogger("pyweft.worker")
 
+_GATHER_S = 0.005  # how long a busy worker waits for more free slots before it claims
 _FORGET_GONE_S = 24 * 3600.0  # a dead worker's record stays visible (status "gone") this long
 
 
@@ -92,30 +94,15 @@ class Worker:
         codec: PayloadCodec | None = None,
         interceptors: Iterable[Interceptor] = (),
     ) -> None:
-        if isinstance(queues, str):
-            raise ConfigurationError(f"queues must be a list of names, got {queues!r}")
-        try:
-            self.queues = tuple(
-                dict.fromkeys(tr.check_queue(q, field="each of queues") for q in queues)
-            )
-        except InvalidArgumentError as exc:
-            raise ConfigurationError(str(exc)) from None
-        if not self.queues:
-            raise ConfigurationError("queues must name at least one queue to serve")
-        if type(concurrency) is not int or not 1 <= concurrency <= 1000:
-            raise ConfigurationError(f"concurrency must be an int in 1..1000, got {concurrency!r}")
+        self.queues = check_queues(queues)
+        check_concurrency(concurrency)
         if not isinstance(poll_interval, int | float) or not 0 < poll_interval <= 60:
             raise ConfigurationError(
                 f"poll_interval must be a number of seconds in (0, 60], got {poll_interval!r}"
             )
         if worker_id is not None and (not isinstance(worker_id, str) or not worker_id.strip()):
             raise ConfigurationError(f"worker_id must be a non-empty string, got {worker_id!r}")
-        if callable(activities) or isinstance(activities, str):
-            raise ConfigurationError("activities must be a list of functions")
-        self._activities: dict[str, ActivityDefinition] = {}
-        for fn in activities:
-            act = activity_definition_of(fn)
-            self._activities[act.name] = act
+        self._activities: dict[str, ActivityDefinition] = activity_table(activities)
         self.concurrency = concurrency
         # All of them (dispatch latency, queue depth) and those around each attempt.
         self._hooks, self._interceptors = activity_chain(interceptors)
@@ -135,6 +122,7 @@ class Worker:
         self._outbox: list[tuple[_Job, tr.TaskResult, asyncio.Future[bool]]] = []
         self._flusher: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
+        self._freed = asyncio.Event()  # an attempt ended
         self._beat_kick = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._unlisten: Unlisten | None = None
@@ -281,19 +269,50 @@ class Worker:
     # --- claiming ---------------------------------------------------------------------
 
     async def _claim_loop(self) -> None:
+        # Tasks may be waiting: at the start, after a ring (a task was written), a poll
+        # interval without one, or a claim that filled every free slot. Only then does a
+        # slot freed by an ending attempt start a claim: with the queue found empty, an
+        # ending attempt would only pay for a claim that finds nothing.
+        waiting = True
+        backlog = False  # the last claim filled every free slot
         while not self._stopping:
-            got = 0
-            if not self.draining:
+            free = self.concurrency - self.in_flight
+            if waiting and free > 0 and not self.draining:
+                if backlog:
+                    await self._gather_slots()
+                    free = self.concurrency - self.in_flight
                 try:
                     got = await self.claim_now()
                 except Exception:
                     log.exception("worker %s: claiming failed; trying again", self.id)
-            if got and self.in_flight < self.concurrency:
-                continue  # there may be more ready
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._poll_s):
-                    await self._kick.wait()
-            self._kick.clear()
+                else:
+                    waiting = backlog = got >= free
+                    if waiting and self.in_flight < self.concurrency:
+                        continue  # there may be more ready
+            self._freed.clear()
+            wake = [self._kick.wait(), self._freed.wait()] if waiting else [self._kick.wait()]
+            ready = [asyncio.ensure_future(w) for w in wake]
+            try:
+                done, _ = await asyncio.wait(
+                    ready, timeout=self._poll_s, return_when="FIRST_COMPLETED"
+                )
+            finally:
+                for fut in ready:
+                    fut.cancel()
+            if not done or ready[0] in done:  # a ring, a stop, a drain change, or a poll
+                self._kick.clear()
+                waiting = True
+
+    async def _gather_slots(self) -> None:
+        """With tasks waiting and few slots free, let a few more attempts end first (for
+        at most ``_GATHER_S``), so that one claim, one round trip, takes several tasks
+        instead of each ending attempt costing a claim of its own."""
+        want = max(1, self.concurrency // 4)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(_GATHER_S):
+                while self.concurrency - self.in_flight < want and not self.draining:
+                    self._freed.clear()
+                    await self._freed.wait()
 
     async def claim_now(self) -> int:
         """Claim what fits in the free slots and start it. Returns how many."""
@@ -355,6 +374,7 @@ class Worker:
         finally:
             self._jobs.pop(task.id, None)
             self._kick.set()  # a slot is free
+            self._freed.set()
 
     async def _store(self, job: _Job, result: tr.TaskResult) -> bool:
         """Store an outcome; outcomes finished meanwhile share one batch."""

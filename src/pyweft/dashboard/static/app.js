@@ -142,6 +142,22 @@ whenUnauthorized(() => {
 });
 
 window.addEventListener("hashchange", render);
+// A page left for another document may be kept whole in the back/forward cache, its
+// live feeds still open. Each holds one of the few connections the browser allows per
+// host (six over HTTP/1.1), so a handful of left pages stalled every request of the
+// next ones until the cache let go. Leaving closes them, as moving to another page of
+// the dashboard does (a page still loading closes its own once it has opened them);
+// coming back from the cache draws the page again, with new feeds.
+window.addEventListener("pagehide", () => {
+  generation++;
+  if (cleanup) {
+    cleanup();
+    cleanup = null;
+  }
+});
+window.addEventListener("pageshow", (event) => {
+  if (event.persisted) render();
+});
 window.addEventListener("DOMContentLoaded", async () => {
   try {
     await loadPrincipal();

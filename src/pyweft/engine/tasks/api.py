@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from pyweft.definitions import Duration
 from pyweft.engine.tasks import limits, workers
+from pyweft.engine.tasks.broker import TaskBroker
 from pyweft.engine.tasks.limits import QueueLimits
 from pyweft.engine.tasks.workers import WorkerInfo
 
@@ -40,6 +41,12 @@ class WorkersAPI:
         """Let a drained worker claim tasks again."""
         services = self._core.services_or_raise()
         return await workers.set_drain(services.storage, worker_id, False)
+
+    def task_broker(self) -> TaskBroker:
+        """Claim task attempts on behalf of workers that do not reach the store (the
+        server's WebSocket task streams use it); the engine must be open."""
+        services = self._core.services_or_raise()
+        return TaskBroker(services.storage, services.clock, services.codec)
 
     async def set_activity_queue_limits(
         self,

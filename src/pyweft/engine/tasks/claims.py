@@ -12,6 +12,7 @@ import asyncio
 import logging
 import random
 from dataclasses import dataclass
+from typing import cast
 
 import msgspec
 
@@ -19,11 +20,22 @@ from pyweft.engine.replay.records import ErrorInfo
 from pyweft.engine.tasks import limits
 from pyweft.engine.tasks import records as tr
 from pyweft.engine.tasks.limits import QueueLimits
-from pyweft.storage.base import Delete, Expect, Get, Op, Put, Storage, read_many
+from pyweft.storage.base import (
+    Delete,
+    Expect,
+    Get,
+    Op,
+    Put,
+    Storage,
+    TakingStorage,
+    read_many,
+)
 
 log = logging.getLogger("pyweft.tasks")
 
 _STALE_ENTRY_S = 1.0
+
+Batch = tuple[list[Expect], list[Op]]
 
 
 @dataclass(slots=True)
@@ -54,9 +66,13 @@ async def claim(
     ``(rank, count)`` among the live workers of the queue: each first tries every
     ``count``-th task from its rank, so workers racing for the same few tasks
     mostly do not collide (a collision costs a failed write, not a wrong claim).
+    On a store that has ``take`` (PostgreSQL) the claim goes through it instead and
+    never collides; ``share`` is not needed there.
     """
     if limit <= 0:
         return []
+    if getattr(storage, "take", None) is not None:
+        return await _claim_taking(cast("TakingStorage", storage), queue, worker_id, now, limit)
     index = await storage.scan(tr.ready_prefix(queue), limit=limit * 2 + 9)
     queue_limits: QueueLimits | None = None
     if index and index[0][0] == limits.config_key(queue):
@@ -87,6 +103,57 @@ async def claim(
             return held
     got = await asyncio.gather(*(_claim_one(storage, k, t, r, worker_id, now) for k, t, r in picks))
     return [c for c in got if c is not None]
+
+
+async def _claim_taking(
+    storage: TakingStorage, queue: str, worker_id: str, now: float, limit: int
+) -> list[Claimed]:
+    """Claim through the store's ``take`` (PostgreSQL: ``FOR UPDATE SKIP LOCKED``): the
+    oldest ready entries no other worker is claiming at this moment, claimed in the same
+    trip, so racing workers split the line instead of colliding. The queue's limits are
+    peeked at in the same trip, not taken (every worker must see them); a limited queue
+    is claimed with its slots as before."""
+    held: list[Claimed] = []
+    limited: list[tuple[str, tr.Task, bytes]] = []
+    config = limits.config_key(queue)
+
+    def plan(pairs: list[tuple[str, bytes]], peeked: list[bytes | None]) -> list[Batch]:
+        ready = []
+        for key, raw in pairs:
+            task = tr.decode_task(raw, key=key)
+            if worker_id not in task.refused_by:
+                ready.append((key, task, raw))
+        if peeked[0] is not None:
+            limited.extend(ready[:limit])  # claimed below with the queue's slots
+            return []
+        batches: list[Batch] = []
+        for key, task, raw in ready[:limit]:
+            c = _claimed(task, worker_id, now)
+            held.append(c)
+            batches.append(([Expect(key=tr.task_key(task.id), value=raw)], _claim_ops(key, c)))
+        return batches
+
+    # From the first time stamp: past the limits entry, which sorts first in the range.
+    prefix = tr.ready_prefix(queue)
+    oks = await storage.take(prefix, start=prefix + "0", limit=limit + 8, plan=plan, peek=[config])
+    if limited:
+        raw_limits = await storage.get(config)
+        if raw_limits is None:  # removed meanwhile: claim them the plain way next look
+            return []
+        return await _claim_limited(storage, limited, worker_id, now, limits.decode(raw_limits))
+    got = [c for c, ok in zip(held, oks, strict=True) if ok]
+    if len(got) < len(held):
+        lost = [c for c, ok in zip(held, oks, strict=True) if not ok]
+        await asyncio.gather(*(_tidy(storage, c.task, now) for c in lost))
+    return got
+
+
+async def _tidy(storage: Storage, task: tr.Task, now: float) -> None:
+    """An entry that stays in line this long while its claim fails may be the leftover of
+    a task withdrawn with its step (the run was cancelled after a restart): remove it."""
+    key = tr.task_key(task.id)
+    if now - task.created_at > _STALE_ENTRY_S and await storage.get(key) is None:
+        await storage.conditional_batch([Expect(key=key, value=None)], [Delete(key=task.ready_key)])
 
 
 async def _claim_limited(
@@ -145,10 +212,7 @@ async def _claim_one(
     key = tr.task_key(task.id)
     if await storage.conditional_batch([Expect(key=key, value=raw)], _claim_ops(ready, held)):
         return held
-    # Usually another worker was faster. An entry that stays in line this long may be
-    # the leftover of a task withdrawn with its step (the run was cancelled): tidy it.
-    if now - task.created_at > _STALE_ENTRY_S and await storage.get(key) is None:
-        await storage.conditional_batch([Expect(key=key, value=None)], [Delete(key=ready)])
+    await _tidy(storage, task, now)  # usually another worker was faster
     return None
 
 
