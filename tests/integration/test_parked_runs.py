@@ -342,3 +342,26 @@ async def test_max_cached_runs_must_be_a_non_negative_int() -> None:
     for bad in (-1, 1.5, "10"):
         with pytest.raises(ConfigurationError, match="max_cached_runs"):
             Engine("memory://", max_cached_runs=bad)  # type: ignore[arg-type]
+
+
+async def test_an_update_stored_by_a_write_that_seemed_to_fail_reaches_its_evicted_run() -> None:
+    # A write whose reply is lost (or whose caller was cancelled: a client gone) may be
+    # stored after all. Nothing else wakes an evicted run for it, so the sender does.
+    from pyweft import StorageError
+    from pyweft.testing import FaultyStorage
+
+    store = FaultyStorage(MemoryStorage())
+    async with Engine(store, workflows=[parked], max_cached_runs=0) as engine:
+        handle = await engine.start(parked, id="ev-unknown")
+        await parked_and_evicted(engine, "ev-unknown")
+
+        def the_update(ops: Sequence[Any]) -> bool:
+            prefix = keys.update_prefix("ev-unknown")
+            return any(isinstance(op, Put) and op.key.startswith(prefix) for op in ops)
+
+        store.fail_nth_write(match=the_update, outcome_unknown=True)
+        with pytest.raises(StorageError):
+            await handle.update("add", "u1", idempotency_key="k")
+        assert await handle.update("add", "u1", idempotency_key="k", timeout=10) == 1
+        await handle.signal("go", 1)
+        assert await handle.result(timeout=5) == {"signal": 1, "updates": ["u1"]}

@@ -123,3 +123,26 @@ async def test_a_question_left_by_an_asker_that_gave_up_is_answered_and_purged_l
         assert await owner.get_handle(handle.id).result(timeout=5) == 0
         assert await owner.purge(workflow_type="till") == 1
         assert await owner.storage.scan("qrs:") == []
+
+
+async def test_an_asker_cancelled_while_it_waits_takes_its_question_back(
+    backend: Backend,
+) -> None:
+    import asyncio
+
+    async with backend.engine(workflows=[till], poll_interval=0.02) as owner:
+        handle = await owner.start(till, id="till-4")
+        await driven(owner, handle.id)
+    # Nobody drives it now: the question waits, until its asker gives up (a client gone).
+    async with backend.engine(workflows=[till], role="client") as asker:
+        asking = asyncio.create_task(asker.query(handle.id, "lines", timeout=30))
+
+        async def asked() -> bool:
+            return bool(await asker.storage.scan("qry:"))
+
+        await eventually(asked, what="the question stored")
+        asking.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asking
+        assert await asker.storage.scan("qry:") == []
+        assert await asker.storage.scan("qrs:") == []

@@ -43,6 +43,7 @@ from pyweft.server import (
 from pyweft.server.auth import Authenticator, RateLimiter, ServerAuth, monotonic
 from pyweft.server.calls import JSON, Call, Endpoint, read_json
 from pyweft.server.cors import CorsConfig, origin_allowed
+from pyweft.server.disconnects import CLIENT_GONE_STATUS, ClientGone
 from pyweft.server.feeds import EventJournal, StreamSlots
 from pyweft.server.keys import ApiKeyStore
 from pyweft.server.mcp.http import PATH as MCP_PATH
@@ -142,6 +143,8 @@ def _endpoint_route(ep: Endpoint, state: ServerState) -> Route:
             return await ep.handler(call)
         except PyweftError:
             raise
+        except ClientGone:  # a long wait whose client left: no one reads this
+            return Response(status_code=CLIENT_GONE_STATUS)
         except Exception as exc:  # answered here: Starlette's last-resort handler re-raises
             return await faults.on_unexpected(request, exc)
 

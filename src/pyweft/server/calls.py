@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -16,6 +16,9 @@ from starlette.responses import Response
 from pyweft import Engine, InvalidArgumentError, RequestTooLargeError
 from pyweft.client.wire import dumps, loads
 from pyweft.server.auth import Principal
+from pyweft.server.disconnects import unless_disconnected
+
+T = TypeVar("T")
 
 
 class JSON(Response):
@@ -45,6 +48,12 @@ class Call:
 
     def body(self) -> dict[str, Any]:
         return self._body if isinstance(self._body, dict) else {}
+
+    async def while_connected(self, wait: Awaitable[T]) -> T:
+        """``await wait`` (a long wait: a result, an update's answer...), cancelled when
+        the client disconnects first; the route then answers 499 into the closed
+        connection. The body has been read by now, so the channel is free to watch."""
+        return await unless_disconnected(self.request.receive, wait)
 
 
 Handler = Callable[[Call], Awaitable[Response]]

@@ -35,12 +35,13 @@ async def signal(call: Call) -> Response:
 async def query(call: Call) -> Response:
     body = call.body()
     refuse_unknown(body, {"args", "timeout"})
-    value = await call.engine.query(
+    asked = call.engine.query(
         call.params["workflow_id"],
         call.params["name"],
         *field_of(body, "args", list, []),
         timeout=_timeout(body, 5.0),
     )
+    value = await call.while_connected(asked)  # an abandoned question is taken back
     return JSON({"result": value})
 
 
@@ -48,13 +49,15 @@ async def update(call: Call) -> Response:
     body = call.body()
     refuse_unknown(body, {"payload", "timeout", "idempotency_key"})
     extra: tuple[Any, ...] = (body["payload"],) if "payload" in body else ()
-    value = await call.engine.update(
+    sent = call.engine.update(
         call.params["workflow_id"],
         call.params["name"],
         *extra,
         timeout=_timeout(body, 5.0),
         idempotency_key=field_of(body, "idempotency_key", str, None),
     )
+    # A client gone mid-wait ends the wait only: a stored update is still applied.
+    value = await call.while_connected(sent)
     return JSON({"result": value})
 
 
@@ -66,7 +69,9 @@ async def update_result(call: Call) -> Response:
         raise InvalidArgumentError("wait must be a number of seconds") from None
     if not 0 <= wait <= MAX_WAIT_S:
         raise InvalidArgumentError(f"wait must be from 0 to {MAX_WAIT_S:g} seconds")
-    value = await call.engine.update_result(call.params["update_id"], timeout=wait)
+    value = await call.while_connected(
+        call.engine.update_result(call.params["update_id"], timeout=wait)
+    )
     return JSON({"result": value})
 
 

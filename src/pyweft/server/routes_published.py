@@ -41,8 +41,8 @@ async def published_event(call: Call) -> Response:
     if unknown:
         raise InvalidArgumentError(f"unknown query parameter(s) {', '.join(sorted(unknown))}")
     wait = _seconds(call.query.get("wait", ""), "wait", 0.0)
-    value = await call.engine.get_event(
-        call.params["workflow_id"], call.params["key"], timeout=wait
+    value = await call.while_connected(
+        call.engine.get_event(call.params["workflow_id"], call.params["key"], timeout=wait)
     )
     return JSON({"value": value})
 

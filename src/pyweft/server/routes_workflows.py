@@ -107,7 +107,7 @@ async def result(call: Call) -> Response:
             raise InvalidArgumentError(f"wait must be from 0 to {RESULT_WAIT_MAX_S:g} seconds")
     workflow_id = call.params["workflow_id"]
     try:
-        value = await call.engine.result(workflow_id, timeout=wait)
+        value = await call.while_connected(call.engine.result(workflow_id, timeout=wait))
     except TimeoutError as exc:
         if isinstance(exc, ResultTimeoutError):
             raise

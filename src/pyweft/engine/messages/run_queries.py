@@ -142,7 +142,37 @@ async def _ask_owner(
     answer_key = keys.query_response(workflow_id, query_id)
     request = records.encode(QueryRequest(query_id, name, payload, core.clock.now()))
     wake = Put(key=keys.wake(workflow_id), value=keys.wake_value())
-    await core.committer.commit([Put(key=request_key, value=request), wake])
+    try:  # from the write on: a cancelled write may have been stored all the same
+        await core.committer.commit([Put(key=request_key, value=request), wake])
+        return await _await_answer(
+            core, workflow_id, name, (request_key, request, answer_key), timeout_s
+        )
+    except asyncio.CancelledError:
+        # The asker is gone (a timeout of its own, a client that disconnected): take the
+        # question back, or drop its answer, so that neither stays in the store.
+        await asyncio.shield(_withdraw(core, request_key, answer_key, request))
+        raise
+
+
+async def _withdraw(core: EngineCore, request_key: str, answer_key: str, request: bytes) -> None:
+    """Remove an abandoned question; if the owner answered it already (answering deletes
+    the question in the same write), remove the answer instead."""
+    if not await core.committer.commit(
+        [Delete(key=request_key)], [Expect(key=request_key, value=request)]
+    ):
+        await core.committer.commit([Delete(key=answer_key)])
+
+
+async def _await_answer(
+    core: EngineCore,
+    workflow_id: str,
+    name: str,
+    question: tuple[str, bytes, str],
+    timeout_s: float,
+) -> Any:
+    """The owner's answer to ``question`` (its key, stored value and answer key), waiting
+    up to ``timeout_s``; ``QueryUnavailableError`` (the question taken back) without one."""
+    request_key, request, answer_key = question
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     delay = 0.005

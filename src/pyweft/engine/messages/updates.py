@@ -464,7 +464,7 @@ class UpdateClient:
                 raise not_found(workflow_id)
             state = records.decode_state(state_raw)
             if idem is not None and (existing := await storage.get(idem)) is not None:
-                _look_again(self._runs.get(workflow_id))  # a first try's reply may be lost
+                self._nudge(workflow_id)  # a first try's reply may have been lost
                 return existing.decode()
             if state.status in records.TERMINAL_STATUSES:
                 raise terminal_error(state, f"update {name!r}")
@@ -508,8 +508,8 @@ class UpdateClient:
                 conds.append(Expect(key=idem, value=None))
             try:
                 committed = await services.committer.commit(ops, conds)
-            except BaseException:
-                _look_again(self._runs.get(workflow_id))  # it may be stored after all
+            except BaseException:  # a lost reply, a cancelled caller: stored after all?
+                self._nudge(workflow_id)
                 raise
             if committed:
                 run = self._runs.get(workflow_id)
@@ -521,6 +521,15 @@ class UpdateClient:
                     )  # evicted: replayed, it handles it
                 return update_id
         raise RuntimeError(f"could not submit update {name!r} to {workflow_id!r}: contention")
+
+    def _nudge(self, workflow_id: str) -> None:
+        """An update for the run may be stored without the usual wake-up: make the run
+        look, whether it is in memory here or evicted (nothing else would wake it)."""
+        run = self._runs.get(workflow_id)
+        if run is not None:
+            _look_again(run)
+        elif self._residency is not None:
+            self._residency.wake(workflow_id)
 
     def _encode(self, payload: Any) -> bytes:
         data = self._services.codec.encode(payload)
@@ -549,39 +558,54 @@ class UpdateClient:
         while True:
             fut: asyncio.Future[UpdateResponse] = loop.create_future()
             self._waiters.setdefault(update_id, []).append(fut)
-            raw = await storage.get(keys.update_response(update_id))
-            if raw is not None:
+            try:  # the waiter goes however this look ends, a caller's cancellation included
+                found = await self._look(update_id, workflow_id, fut, deadline, delay)
+            finally:
                 _discard(self._waiters, update_id, fut)
-                return self._outcome(records.decode_response(raw))
-            state_raw = await storage.get(keys.wf(workflow_id))
-            if state_raw is not None:
-                state = records.decode_state(state_raw)
-                if state.status in records.TERMINAL_STATUSES:
-                    _discard(self._waiters, update_id, fut)
-                    if (raw := await storage.get(keys.update_response(update_id))) is not None:
-                        return self._outcome(records.decode_response(raw))
-                    raise terminal_error(state, f"an answer to update {update_id!r}")
-            remaining = None if deadline is None else deadline - loop.time()
-            if remaining is not None and remaining <= 0:
-                _discard(self._waiters, update_id, fut)
-                run = self._runs.get(workflow_id)
-                hint = ""
-                if run is not None:
-                    known = sorted({*run.update_handlers, *run.update_waits})
-                    hint = f" (the run currently handles: {', '.join(known) or 'no updates'})"
-                raise UpdateTimeoutError(
-                    f"update {update_id!r} to {workflow_id!r} was not answered in time{hint}; it "
-                    "stays queued. Fetch the answer later with engine.update_result(update_id)",
-                    workflow_id=workflow_id,
-                    update_id=update_id,
-                )
-            wait = delay if remaining is None else min(delay, remaining)
-            try:
-                response = await asyncio.wait_for(fut, wait)
-                return self._outcome(response)
-            except TimeoutError:
-                _discard(self._waiters, update_id, fut)
+            if found is not None:
+                return self._outcome(found)
             delay = min(delay * 2, 0.5)
+
+    async def _look(
+        self,
+        update_id: str,
+        workflow_id: str,
+        fut: asyncio.Future[UpdateResponse],
+        deadline: float | None,
+        delay: float,
+    ) -> UpdateResponse | None:
+        """One look for the answer, then a wait of up to ``delay`` for ``fut``: the
+        answer, or ``None`` to look again; raises when there will be none in time."""
+        storage = self._services.storage
+        loop = asyncio.get_running_loop()
+        raw = await storage.get(keys.update_response(update_id))
+        if raw is not None:
+            return records.decode_response(raw)
+        state_raw = await storage.get(keys.wf(workflow_id))
+        if state_raw is not None:
+            state = records.decode_state(state_raw)
+            if state.status in records.TERMINAL_STATUSES:
+                if (raw := await storage.get(keys.update_response(update_id))) is not None:
+                    return records.decode_response(raw)
+                raise terminal_error(state, f"an answer to update {update_id!r}")
+        remaining = None if deadline is None else deadline - loop.time()
+        if remaining is not None and remaining <= 0:
+            run = self._runs.get(workflow_id)
+            hint = ""
+            if run is not None:
+                known = sorted({*run.update_handlers, *run.update_waits})
+                hint = f" (the run currently handles: {', '.join(known) or 'no updates'})"
+            raise UpdateTimeoutError(
+                f"update {update_id!r} to {workflow_id!r} was not answered in time{hint}; it "
+                "stays queued. Fetch the answer later with engine.update_result(update_id)",
+                workflow_id=workflow_id,
+                update_id=update_id,
+            )
+        wait = delay if remaining is None else min(delay, remaining)
+        try:
+            return await asyncio.wait_for(fut, wait)
+        except TimeoutError:
+            return None
 
     def _outcome(self, response: UpdateResponse) -> Any:
         if response.ok:

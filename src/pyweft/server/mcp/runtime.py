@@ -16,6 +16,7 @@ from mcp.server import Server, ServerRequestContext
 
 import pyweft
 from pyweft import Engine, PyweftError
+from pyweft.server.disconnects import ClientGone, unless_disconnected
 from pyweft.server.mcp import tools
 
 # Decides whether the caller of one request may use a tool needing any of ``scopes``:
@@ -76,9 +77,18 @@ def build_server(engine: Engine, guard: Guard | None = None) -> Server[Any]:
         try:
             if guard is not None:
                 guard(ctx, spec.name, spec.scopes)
-            value = await tools.call(spec, engine, params.arguments)
+            running = tools.call(spec, engine, params.arguments)
+            request = getattr(ctx, "request", None)  # the HTTP request, None over stdio
+            if spec.held and request is not None:
+                # The SDK has read the body and reads the channel no more: watch it.
+                running = unless_disconnected(request.receive, running)
+            value = await running
         except PyweftError as exc:
             return _error(exc)
+        except ClientGone:  # the answer would go to a closed connection
+            return types.CallToolResult(
+                content=[types.TextContent(text="the client disconnected")], is_error=True
+            )
         return types.CallToolResult(
             content=[types.TextContent(text=json.dumps(value))],
             structured_content=value,

@@ -29,13 +29,15 @@ Run = Callable[[Engine, dict[str, Any]], Awaitable[Any]]
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ToolSpec:
     """One tool: its name, description, input JSON Schema, the scopes that allow it (any
-    one, as for the REST route it mirrors) and the coroutine that runs it."""
+    one, as for the REST route it mirrors) and the coroutine that runs it. A ``held``
+    tool is a long wait: over HTTP it is cancelled when the caller disconnects."""
 
     name: str
     description: str
     input_schema: dict[str, Any]
     scopes: tuple[str, ...]
     run: Run
+    held: bool = False
 
 
 def jsonable(value: Any) -> Any:
@@ -235,6 +237,7 @@ GENERIC: tuple[ToolSpec, ...] = (
         input_schema=_obj({"workflow_id": _ID, "wait_s": _WAIT}, ("workflow_id",)),
         scopes=("workflows:read",),
         run=_result,
+        held=True,
     ),
     ToolSpec(
         name="signal_workflow",
@@ -265,6 +268,7 @@ GENERIC: tuple[ToolSpec, ...] = (
         ),
         scopes=("queries:read",),
         run=_query,
+        held=True,
     ),
     ToolSpec(
         name="update_workflow",
@@ -281,6 +285,7 @@ GENERIC: tuple[ToolSpec, ...] = (
         ),
         scopes=("updates:write",),
         run=_update,
+        held=True,
     ),
     ToolSpec(
         name="cancel_workflow",
