@@ -40,19 +40,18 @@ import hashlib
 import random
 import re
 import select
-import struct
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import psycopg
 from psycopg import sql
-from psycopg.adapt import Dumper
 from psycopg.conninfo import conninfo_to_dict
-from psycopg.pq import Format
 from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
 from pyweft.errors import ConfigurationError, StorageClosedError, StorageError
+from pyweft.storage import pg_arrays as a
 from pyweft.storage import pg_listen
+from pyweft.storage import pg_sql as q
 from pyweft.storage.base import (
     Delete,
     Expect,
@@ -69,181 +68,6 @@ from pyweft.storage.base import (
 from pyweft.storage.grouping import Coalescer
 
 Conn = psycopg.AsyncConnection[Any]
-
-# --- SQL: every statement this adapter runs. {kv} and {fn} are schema-qualified. ----
-
-# durable_commit=True is a promise, kept even if the server default says otherwise.
-# Generic plans: replanning on every call would double the cost of a write. Every
-# statement is a key lookup or range, and a plan made while the table was small must
-# not stay a sequential scan once it is large: hence no sequential scans at all.
-_SQL_CONFIGURE = (
-    "SELECT set_config('synchronous_commit', 'on', false), "
-    "set_config('plan_cache_mode', 'force_generic_plan', false), "
-    "set_config('enable_seqscan', 'off', false)"
-)
-_SQL_SETUP_LOCK = "SELECT pg_advisory_xact_lock(%s::int8)"
-_SQL_EXISTING = """
-SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = %(schema)s),
-       EXISTS (SELECT FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-               WHERE n.nspname = %(schema)s AND p.proname = %(fn)s),
-       EXISTS (SELECT FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-               WHERE n.nspname = %(schema)s AND p.proname = %(group_fn)s),
-       EXISTS (SELECT FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-               WHERE n.nspname = %(schema)s AND p.proname = %(try_fn)s)
-"""
-_SQL_COLUMNS = """
-SELECT a.attname, format_type(a.atttypid, a.atttypmod), co.collname
-FROM pg_attribute a
-JOIN pg_class c ON c.oid = a.attrelid AND c.relname = 'kv'
-JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = %s
-LEFT JOIN pg_collation co ON co.oid = a.attcollation
-WHERE a.attnum > 0 AND NOT a.attisdropped
-"""
-_SQL_CREATE_SCHEMA = "CREATE SCHEMA {schema}"
-_SQL_CREATE_TABLE = 'CREATE TABLE {kv} (key TEXT COLLATE "C" PRIMARY KEY, value BYTEA NOT NULL)'
-# Functions get a new name for any change in behaviour. One batch:
-_WRITE_FUNCTION = "pyweft_write_v1"
-_SQL_CREATE_WRITE = """
-CREATE FUNCTION {fn}(lock_ids int8[], ck text[], cv bytea[], dk text[], pk text[], pv bytea[])
-RETURNS boolean LANGUAGE plpgsql VOLATILE AS $body$
-BEGIN
-  PERFORM pg_advisory_xact_lock(id) FROM unnest(lock_ids) AS id;
-  -- A fresh snapshot, taken now that every key is locked. NULL expected: absent.
-  IF EXISTS (SELECT FROM unnest(ck, cv) AS c(key, value) LEFT JOIN {kv} AS kv USING (key)
-             WHERE kv.value IS DISTINCT FROM c.value) THEN
-    RETURN false;
-  END IF;
-  IF cardinality(dk) > 0 THEN
-    DELETE FROM {kv} WHERE key = ANY(dk);
-  END IF;
-  INSERT INTO {kv} (key, value) SELECT * FROM unnest(pk, pv)
-    ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value;
-  RETURN true;
-END
-$body$
-"""
-_SQL_WRITE = "SELECT {fn}(%s::int8[], %s::text[], %s::bytea[], %s::text[], %s::text[], %s::bytea[])"
-# Several batches in one transaction (group commit). Batch i owns the slices of the
-# condition, delete and put arrays that end at c_end[i], d_end[i] and p_end[i]. Its
-# conditions are checked, after every lock is granted, against what the earlier
-# batches of the group left; if one fails, the batch writes nothing.
-_GROUP_FUNCTION = "pyweft_write_group_v1"
-_SQL_CREATE_GROUP = """
-CREATE FUNCTION {group_fn}(lock_ids int8[], c_end int4[], ck text[], cv bytea[],
-                     d_end int4[], dk text[], p_end int4[], pk text[], pv bytea[])
-RETURNS boolean[] LANGUAGE plpgsql VOLATILE AS $body$
-DECLARE
-  held boolean[] := '{{}}';
-  c0 int4 := 0;
-  d0 int4 := 0;
-  p0 int4 := 0;
-BEGIN
-  PERFORM pg_advisory_xact_lock(id) FROM unnest(lock_ids) AS id;
-  FOR i IN 1 .. cardinality(c_end) LOOP
-    -- Each statement takes a fresh snapshot: it sees every lock holder's commit and
-    -- the writes of this group's earlier batches. NULL expected: absent.
-    IF c_end[i] > c0 AND EXISTS (
-        SELECT FROM unnest(ck[c0 + 1 : c_end[i]], cv[c0 + 1 : c_end[i]]) AS c(key, value)
-        LEFT JOIN {kv} AS kv USING (key) WHERE kv.value IS DISTINCT FROM c.value) THEN
-      held := held || false;
-    ELSE
-      held := held || true;
-      IF d_end[i] > d0 THEN
-        DELETE FROM {kv} WHERE key = ANY(dk[d0 + 1 : d_end[i]]);
-      END IF;
-      IF p_end[i] > p0 THEN
-        INSERT INTO {kv} (key, value)
-          SELECT * FROM unnest(pk[p0 + 1 : p_end[i]], pv[p0 + 1 : p_end[i]])
-          ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value;
-      END IF;
-    END IF;
-    c0 := c_end[i];
-    d0 := d_end[i];
-    p0 := p_end[i];
-  END LOOP;
-  RETURN held;
-END
-$body$
-"""
-_SQL_WRITE_GROUP = (
-    "SELECT {group_fn}(%s::int8[], %s::int4[], %s::text[], %s::bytea[], %s::int4[], %s::text[], "
-    "%s::int4[], %s::text[], %s::bytea[])"
-)
-# take(): the batches a taker planned from the rows it holds (FOR UPDATE SKIP LOCKED), in
-# the same transaction. Batch i owns lock_ids up to l_end[i] (and the other slices as in
-# the group function). Its locks are only *tried*: a batch whose key another writer holds
-# is refused instead of waited for, since the taker already holds row locks that writer
-# may be waiting for (waiting could deadlock).
-_TRY_GROUP_FUNCTION = "pyweft_try_write_group_v1"
-_SQL_CREATE_TRY_GROUP = """
-CREATE FUNCTION {try_fn}(l_end int4[], lock_ids int8[], c_end int4[], ck text[], cv bytea[],
-                     d_end int4[], dk text[], p_end int4[], pk text[], pv bytea[])
-RETURNS boolean[] LANGUAGE plpgsql VOLATILE AS $body$
-DECLARE
-  held boolean[] := '{{}}';
-  ok boolean;
-  l0 int4 := 0;
-  c0 int4 := 0;
-  d0 int4 := 0;
-  p0 int4 := 0;
-BEGIN
-  FOR i IN 1 .. cardinality(c_end) LOOP
-    SELECT coalesce(bool_and(pg_try_advisory_xact_lock(id)), true) INTO ok
-      FROM unnest(lock_ids[l0 + 1 : l_end[i]]) AS id;
-    IF ok AND c_end[i] > c0 AND EXISTS (
-        SELECT FROM unnest(ck[c0 + 1 : c_end[i]], cv[c0 + 1 : c_end[i]]) AS c(key, value)
-        LEFT JOIN {kv} AS kv USING (key) WHERE kv.value IS DISTINCT FROM c.value) THEN
-      ok := false;
-    END IF;
-    IF ok THEN
-      IF d_end[i] > d0 THEN
-        DELETE FROM {kv} WHERE key = ANY(dk[d0 + 1 : d_end[i]]);
-      END IF;
-      IF p_end[i] > p0 THEN
-        INSERT INTO {kv} (key, value)
-          SELECT * FROM unnest(pk[p0 + 1 : p_end[i]], pv[p0 + 1 : p_end[i]])
-          ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value;
-      END IF;
-    END IF;
-    held := held || ok;
-    l0 := l_end[i];
-    c0 := c_end[i];
-    d0 := d_end[i];
-    p0 := p_end[i];
-  END LOOP;
-  RETURN held;
-END
-$body$
-"""
-_SQL_TRY_WRITE_GROUP = (
-    "SELECT {try_fn}(%s::int4[], %s::int8[], %s::int4[], %s::text[], %s::bytea[], %s::int4[], "
-    "%s::text[], %s::int4[], %s::text[], %s::bytea[])"
-)
-_SQL_TAKE = (
-    "SELECT key, value FROM {kv} WHERE key >= %s AND key < %s ORDER BY key LIMIT %s "
-    "FOR UPDATE SKIP LOCKED"
-)
-# The same, with the peeked keys read (not locked) in the same statement, tagged true.
-_SQL_TAKE_PEEK = (
-    "WITH taken AS (SELECT key, value FROM {kv} WHERE key >= %s AND key < %s ORDER BY key "
-    "LIMIT %s FOR UPDATE SKIP LOCKED) "
-    "SELECT false, key, value FROM taken "
-    "UNION ALL SELECT true, key, value FROM {kv} WHERE key = ANY(%s::text[])"
-)
-_SQL_NOTIFY = b"SELECT pg_notify(%s, '')"
-# A notification made while writes queue rides with the next group, in its transaction
-# (delivered at its commit, so after every write its caller made before): no trip of its own.
-_NOTIFY_TAIL = ", (SELECT count(pg_notify(c, '')) FROM unnest(%s::text[]) AS c)"
-_SQL_NOTIFY_MANY = b"SELECT count(pg_notify(c, '')) FROM unnest(%s::text[]) AS c"
-_SQL_GET = "SELECT value FROM {kv} WHERE key = %s"
-_SQL_GET_MANY = "SELECT key, value FROM {kv} WHERE key = ANY(%s::text[])"
-# Formatted with the lower bound's operator, an upper bound and the order. LIMIT NULL: all.
-_SQL_SCAN = "SELECT key, value FROM {{kv}} WHERE key {} %s{} ORDER BY key{} LIMIT %s"
-# read_many: every read one branch of a UNION ALL, its rows tagged with the read's index.
-_SQL_GETS_TAGGED = "(SELECT -1, key, value FROM {kv} WHERE key = ANY(%s::text[]))"
-_SQL_SCAN_TAGGED = (
-    "(SELECT %s::int4, key, value FROM {{kv}} WHERE key {} %s{} ORDER BY key{} LIMIT %s)"
-)
 
 _CAPABILITIES = StorageCapabilities(persistence="remote", durable_commit=True)
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
@@ -314,28 +138,28 @@ class PostgresStorage:
         self._lock_prefix = f"{schema}\0".encode()
         names = {
             "kv": sql.Identifier(schema, "kv"),
-            "fn": sql.Identifier(schema, _WRITE_FUNCTION),
-            "group_fn": sql.Identifier(schema, _GROUP_FUNCTION),
-            "try_fn": sql.Identifier(schema, _TRY_GROUP_FUNCTION),
+            "fn": sql.Identifier(schema, q.WRITE_FUNCTION),
+            "group_fn": sql.Identifier(schema, q.GROUP_FUNCTION),
+            "try_fn": sql.Identifier(schema, q.TRY_GROUP_FUNCTION),
         }
-        self._sql_get = _render(_SQL_GET, names)
-        self._sql_take = _render(_SQL_TAKE, names)
-        self._sql_take_peek = _render(_SQL_TAKE_PEEK, names)
-        self._sql_try_write_group = _render(_SQL_TRY_WRITE_GROUP, names)
-        self._sql_get_many = _render(_SQL_GET_MANY, names)
-        self._sql_write = _render(_SQL_WRITE, names)
-        self._sql_write_group = _render(_SQL_WRITE_GROUP, names)
-        self._sql_write_notify = _render(_SQL_WRITE + _NOTIFY_TAIL, names)
-        self._sql_write_group_notify = _render(_SQL_WRITE_GROUP + _NOTIFY_TAIL, names)
+        self._sql_get = _render(q.SQL_GET, names)
+        self._sql_take = _render(q.SQL_TAKE, names)
+        self._sql_take_peek = _render(q.SQL_TAKE_PEEK, names)
+        self._sql_try_write_group = _render(q.SQL_TRY_WRITE_GROUP, names)
+        self._sql_get_many = _render(q.SQL_GET_MANY, names)
+        self._sql_write = _render(q.SQL_WRITE, names)
+        self._sql_write_group = _render(q.SQL_WRITE_GROUP, names)
+        self._sql_write_notify = _render(q.SQL_WRITE + q.NOTIFY_TAIL, names)
+        self._sql_write_group_notify = _render(q.SQL_WRITE_GROUP + q.NOTIFY_TAIL, names)
         self._sql_scan = {
-            (low, high, rev): _render(_SQL_SCAN.format(low, high, rev), names)
+            (low, high, rev): _render(q.SQL_SCAN.format(low, high, rev), names)
             for low in (">=", ">")
             for high in ("", " AND key < %s", " AND key <= %s")
             for rev in ("", " DESC")
         }
-        self._sql_gets_tagged = _render(_SQL_GETS_TAGGED, names)
+        self._sql_gets_tagged = _render(q.SQL_GETS_TAGGED, names)
         self._sql_scan_tagged = {
-            (low, high, rev): _render(_SQL_SCAN_TAGGED.format(low, high, rev), names)
+            (low, high, rev): _render(q.SQL_SCAN_TAGGED.format(low, high, rev), names)
             for low in (">=", ">")
             for high in ("", " AND key < %s", " AND key <= %s")
             for rev in ("", " DESC")
@@ -375,7 +199,7 @@ class PostgresStorage:
         if len(keys) == 1:
             rows = await self._execute("read", self._sql_get, (keys[0],), idempotent=True)
             return [bytes(rows[0][0]) if rows else None]
-        wanted = _array(_TEXT, (key.encode() for key in set(keys)))
+        wanted = a.array(a.TEXT, (key.encode() for key in set(keys)))
         rows = await self._execute("read", self._sql_get_many, (wanted,), idempotent=True)
         found = {key: bytes(value) for key, value in rows}
         return [found.get(key) for key in keys]
@@ -406,7 +230,7 @@ class PostgresStorage:
         params: list[Any] = []
         if gets:
             branches.append(self._sql_gets_tagged)
-            params.append(_array(_TEXT, (key.encode() for key in set(gets))))
+            params.append(a.array(a.TEXT, (key.encode() for key in set(gets))))
         scans: dict[int, bool] = {}  # read index -> reverse
         for i, r in enumerate(reads):
             if isinstance(r, Get):
@@ -442,9 +266,9 @@ class PostgresStorage:
         """Wake every ``listen(topic, ...)`` on this schema, in any process (best effort)."""
         channel = pg_listen.channel_name(self._schema, topic)
         if self._writes.queued:  # a group is about to go: ride with it
-            await self._writes.submit(_Batch({}, {}, channel))
+            await self._writes.submit(a.Batch({}, {}, channel))
             return
-        await self._execute("notify", _SQL_NOTIFY, (channel,), idempotent=True)
+        await self._execute("notify", q.SQL_NOTIFY, (channel,), idempotent=True)
 
     async def listen(self, topic: str, callback: Callable[[], None]) -> Unlisten:
         """Call ``callback`` for each ``notify(topic)``; over a connection of its own."""
@@ -505,29 +329,29 @@ class PostgresStorage:
         if not held or not (final or expected):
             self._raise_if_closed()
             return held
-        return await self._writes.submit(_Batch(expected, final))
+        return await self._writes.submit(a.Batch(expected, final))
 
-    async def _send_group(self, items: Sequence[_Batch]) -> list[bool]:
+    async def _send_group(self, items: Sequence[a.Batch]) -> list[bool]:
         """One round trip and one transaction for every batch of a group, and for the
         notifications that ride with it."""
         batches = [b for b in items if b.notify is None]
         channels = sorted({b.notify for b in items if b.notify is not None})
         if not channels:
             return await self._send_batches(batches, None)
-        tail = _array(_TEXT, (c.encode() for c in channels))
+        tail = a.array(a.TEXT, (c.encode() for c in channels))
         if not batches:
-            await self._execute("notify", _SQL_NOTIFY_MANY, (tail,), idempotent=True)
+            await self._execute("notify", q.SQL_NOTIFY_MANY, (tail,), idempotent=True)
             return [True] * len(items)
         held = iter(await self._send_batches(batches, tail))
         return [True if b.notify is not None else next(held) for b in items]
 
-    async def _send_batches(self, batches: Sequence[_Batch], notify: _Array | None) -> list[bool]:
+    async def _send_batches(self, batches: Sequence[a.Batch], notify: a.Array | None) -> list[bool]:
         if len(batches) == 1:
             return [await self._send_one(batches[0], notify)]
         lock_ids = sorted({self._lock_id(k) for b in batches for k in (*b.expected, *b.final)})
-        params: tuple[_Array, ...] = (
-            _array(_INT8, (_INT8_BYTES.pack(i) for i in lock_ids)),
-            *_group_arrays(batches),
+        params: tuple[a.Array, ...] = (
+            a.array(a.INT8, (a.INT8_BYTES.pack(i) for i in lock_ids)),
+            *a.group_arrays(batches),
         )
         query = self._sql_write_group
         if notify is not None:
@@ -577,7 +401,7 @@ class PostgresStorage:
                 found: dict[str, bytes] = {}
                 pairs: list[tuple[str, bytes]] = []
                 if wanted:
-                    keys = _array(_TEXT, (key.encode() for key in set(wanted)))
+                    keys = a.array(a.TEXT, (key.encode() for key in set(wanted)))
                     cur = await conn.execute(self._sql_take_peek, (lower, upper, limit, keys))
                     await pipe.sync()
                     for peeked_row, key, value in await cur.fetchall():
@@ -615,7 +439,7 @@ class PostgresStorage:
         answers = iter(held)
         return [False if b is None else next(answers) for b in batches]
 
-    def _checked(self, conditions: Sequence[Expect], ops: Sequence[Op]) -> _Batch | None:
+    def _checked(self, conditions: Sequence[Expect], ops: Sequence[Op]) -> a.Batch | None:
         """A planned batch as :meth:`_write` would send it; ``None``: it cannot hold."""
         final: dict[str, bytes | None] = {}
         for op in ops:
@@ -635,32 +459,32 @@ class PostgresStorage:
                     return None
             elif expected.setdefault(c.key, c.value) != c.value:
                 return None
-        return _Batch(expected, final)
+        return a.Batch(expected, final)
 
-    def _try_params(self, batches: Sequence[_Batch]) -> tuple[_Array, ...]:
+    def _try_params(self, batches: Sequence[a.Batch]) -> tuple[a.Array, ...]:
         lock_ids: list[int] = []
         l_end: list[int] = []
         for b in batches:
             lock_ids += {self._lock_id(k) for k in (*b.expected, *b.final)}
             l_end.append(len(lock_ids))
         return (
-            _array(_INT4, (_INT4_BYTES.pack(i) for i in l_end)),
-            _array(_INT8, (_INT8_BYTES.pack(i) for i in lock_ids)),
-            *_group_arrays(batches),
+            a.array(a.INT4, (a.INT4_BYTES.pack(i) for i in l_end)),
+            a.array(a.INT8, (a.INT8_BYTES.pack(i) for i in lock_ids)),
+            *a.group_arrays(batches),
         )
 
-    async def _send_one(self, batch: _Batch, notify: _Array | None = None) -> bool:
+    async def _send_one(self, batch: a.Batch, notify: a.Array | None = None) -> bool:
         """A lone batch, through the simpler function: no per-batch loop on the server."""
         expected, final, _ = batch
         lock_ids = sorted({self._lock_id(key) for key in (*expected, *final)})
         puts = [(key, value) for key, value in final.items() if value is not None]
-        params: tuple[_Array, ...] = (
-            _array(_INT8, (_INT8_BYTES.pack(i) for i in lock_ids)),
-            _array(_TEXT, (key.encode() for key in expected)),
-            _array(_BYTEA, expected.values()),
-            _array(_TEXT, (key.encode() for key, value in final.items() if value is None)),
-            _array(_TEXT, (key.encode() for key, _ in puts)),
-            _array(_BYTEA, (value for _, value in puts)),
+        params: tuple[a.Array, ...] = (
+            a.array(a.INT8, (a.INT8_BYTES.pack(i) for i in lock_ids)),
+            a.array(a.TEXT, (key.encode() for key in expected)),
+            a.array(a.BYTEA, expected.values()),
+            a.array(a.TEXT, (key.encode() for key, value in final.items() if value is None)),
+            a.array(a.TEXT, (key.encode() for key, _ in puts)),
+            a.array(a.BYTEA, (value for _, value in puts)),
         )
         query = self._sql_write
         if notify is not None:
@@ -767,20 +591,20 @@ class PostgresStorage:
         names = {
             "schema": sql.Identifier(self._schema),
             "kv": sql.Identifier(self._schema, "kv"),
-            "fn": sql.Identifier(self._schema, _WRITE_FUNCTION),
-            "group_fn": sql.Identifier(self._schema, _GROUP_FUNCTION),
-            "try_fn": sql.Identifier(self._schema, _TRY_GROUP_FUNCTION),
+            "fn": sql.Identifier(self._schema, q.WRITE_FUNCTION),
+            "group_fn": sql.Identifier(self._schema, q.GROUP_FUNCTION),
+            "try_fn": sql.Identifier(self._schema, q.TRY_GROUP_FUNCTION),
         }
         async with conn.transaction():
             # Serialise concurrent first uses: CREATE ... IF NOT EXISTS can still race.
-            await conn.execute(_SQL_SETUP_LOCK, (self._lock_id(""),))
+            await conn.execute(q.SQL_SETUP_LOCK, (self._lock_id(""),))
             found = {
                 "schema": self._schema,
-                "fn": _WRITE_FUNCTION,
-                "group_fn": _GROUP_FUNCTION,
-                "try_fn": _TRY_GROUP_FUNCTION,
+                "fn": q.WRITE_FUNCTION,
+                "group_fn": q.GROUP_FUNCTION,
+                "try_fn": q.TRY_GROUP_FUNCTION,
             }
-            row = await (await conn.execute(_SQL_EXISTING, found)).fetchone()
+            row = await (await conn.execute(q.SQL_EXISTING, found)).fetchone()
             has_schema, has_function, has_group_function, has_try_function = row or (
                 False,
                 False,
@@ -788,18 +612,18 @@ class PostgresStorage:
                 False,
             )
             if not has_schema:
-                await conn.execute(sql.SQL(_SQL_CREATE_SCHEMA).format(**names))
-            columns = await (await conn.execute(_SQL_COLUMNS, (self._schema,))).fetchall()
+                await conn.execute(sql.SQL(q.SQL_CREATE_SCHEMA).format(**names))
+            columns = await (await conn.execute(q.SQL_COLUMNS, (self._schema,))).fetchall()
             if not columns:
-                await conn.execute(sql.SQL(_SQL_CREATE_TABLE).format(**names))
+                await conn.execute(sql.SQL(q.SQL_CREATE_TABLE).format(**names))
             else:
                 self._check_table({name: (kind, coll) for name, kind, coll in columns})
             if not has_function:
-                await conn.execute(sql.SQL(_SQL_CREATE_WRITE).format(**names))
+                await conn.execute(sql.SQL(q.SQL_CREATE_WRITE).format(**names))
             if not has_group_function:
-                await conn.execute(sql.SQL(_SQL_CREATE_GROUP).format(**names))
+                await conn.execute(sql.SQL(q.SQL_CREATE_GROUP).format(**names))
             if not has_try_function:
-                await conn.execute(sql.SQL(_SQL_CREATE_TRY_GROUP).format(**names))
+                await conn.execute(sql.SQL(q.SQL_CREATE_TRY_GROUP).format(**names))
 
     def _check_table(self, columns: dict[str, tuple[str, str | None]]) -> None:
         if columns.get("key", ("", ""))[0] != "text" or columns.get("value", ("",))[0] != "bytea":
@@ -862,83 +686,12 @@ def _describe(params: dict[str, Any], schema: str) -> str:
 
 
 async def _configure(conn: Conn) -> None:
-    conn.adapters.register_dumper(_Array, _ArrayDumper)
-    await conn.execute(_SQL_CONFIGURE)
+    conn.adapters.register_dumper(a.Array, a.ArrayDumper)
+    await conn.execute(q.SQL_CONFIGURE)
 
 
 # Array parameters in PostgreSQL's binary format, built directly: psycopg's generic
 # list dumpers inspect every element on every call, which costs more than the query.
-_INT4, _INT8, _TEXT, _BYTEA = 23, 20, 25, 17  # element type oids, checked by the server
-_INT4_BYTES = struct.Struct("!i")
-_INT8_BYTES = struct.Struct("!q")
-_ARRAY_HEAD = struct.Struct("!iiIii")  # dimensions, has-nulls flag, element oid, length, base
-_LENGTH = struct.Struct("!i")
-_NULL = _LENGTH.pack(-1)
-
-
-def _group_arrays(batches: Sequence[_Batch]) -> tuple[_Array, ...]:
-    """The condition, delete and put arrays of a group, each batch's slices ending at the
-    ``*_end`` offsets (as the group functions take them)."""
-    ends: tuple[list[int], list[int], list[int]] = ([], [], [])
-    ck: list[bytes] = []
-    cv: list[bytes | None] = []
-    dk: list[bytes] = []
-    pk: list[bytes] = []
-    pv: list[bytes] = []
-    for batch in batches:
-        for key, expected in batch.expected.items():
-            ck.append(key.encode())
-            cv.append(expected)
-        for key, value in batch.final.items():
-            if value is None:
-                dk.append(key.encode())
-            else:
-                pk.append(key.encode())
-                pv.append(value)
-        ends[0].append(len(ck))
-        ends[1].append(len(dk))
-        ends[2].append(len(pk))
-    return (
-        _array(_INT4, (_INT4_BYTES.pack(i) for i in ends[0])),
-        _array(_TEXT, ck),
-        _array(_BYTEA, cv),
-        _array(_INT4, (_INT4_BYTES.pack(i) for i in ends[1])),
-        _array(_TEXT, dk),
-        _array(_INT4, (_INT4_BYTES.pack(i) for i in ends[2])),
-        _array(_TEXT, pk),
-        _array(_BYTEA, pv),
-    )
-
-
-class _Batch(NamedTuple):
-    """One caller's write, validated: conditions and each key's final value (None: delete)."""
-
-    expected: dict[str, bytes | None]
-    final: dict[str, bytes | None]
-    notify: str | None = None  # not a write: a channel to notify with the group
-
-
-class _Array(bytes):
-    """An array parameter, already in binary form."""
-
-
-class _ArrayDumper(Dumper):
-    format = Format.BINARY
-
-    def dump(self, obj: Any) -> bytes:
-        return bytes(obj)
-
-
-def _array(oid: int, items: Iterable[bytes | None]) -> _Array:
-    parts = [b""]
-    for item in items:
-        parts.append(_NULL if item is None else _LENGTH.pack(len(item)) + item)
-    if len(parts) == 1:
-        return _Array(struct.pack("!iiI", 0, 0, oid))
-    parts[0] = _ARRAY_HEAD.pack(1, 0, oid, len(parts) - 1, 1)
-    return _Array(b"".join(parts))
-
-
 async def _check_idle(conn: Conn) -> None:
     """Reject a pooled connection the server closed while idle: it has something to read."""
     if conn.broken or conn.closed:
