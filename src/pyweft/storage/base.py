@@ -8,7 +8,9 @@ opaque ``bytes`` that adapters never inspect.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+import contextlib
+import contextvars
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
@@ -233,6 +235,36 @@ class NotifyingStorage(Storage, Protocol):
     async def listen(self, topic: str, callback: Callable[[], None]) -> Unlisten:
         """Call ``callback`` on each notification of ``topic``; await the result to stop."""
         ...
+
+
+COMMIT_RINGS: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
+    "pyweft_commit_rings", default=()
+)
+"""Topics to notify with the write being made in this context (see :func:`ringing`)."""
+
+
+@contextlib.contextmanager
+def ringing(topics: Sequence[str]) -> Iterator[None]:
+    """Notify ``topics`` in the transaction of the one write made inside this block.
+
+    Only on a store whose ``notifies_on_commit`` is true (PostgreSQL: ``pg_notify`` in
+    the group commit): listeners hear of the write once it committed, and never of one
+    that failed, with no trip of its own; a batch whose conditions failed may still
+    notify (a listener looks and finds nothing new). It is a context, not a parameter,
+    so that stores wrapped by others (fault injection, tests) still see it: a wrapper
+    that hands the write on in the same task hands the rings on with it. Elsewhere the
+    caller rings after the write (``notify`` or a doorbell).
+    """
+    token = COMMIT_RINGS.set(tuple(topics))
+    try:
+        yield
+    finally:
+        COMMIT_RINGS.reset(token)
+
+
+def notifies_on_commit(storage: object) -> bool:
+    """The store honours :func:`ringing`."""
+    return getattr(storage, "notifies_on_commit", False) is True
 
 
 def prefix_end(prefix: str) -> str | None:

@@ -59,6 +59,7 @@ class Batch(NamedTuple):
     expected: dict[str, bytes | None]
     final: dict[str, bytes | None]
     notify: str | None = None  # not a write: a channel to notify with the group
+    channels: tuple[str, ...] = ()  # a write's own channels, notified with its group
 
 
 class Array(bytes):

@@ -53,6 +53,7 @@ from pyweft.storage import pg_arrays as a
 from pyweft.storage import pg_listen
 from pyweft.storage import pg_sql as q
 from pyweft.storage.base import (
+    COMMIT_RINGS,
     Delete,
     Expect,
     Get,
@@ -84,6 +85,8 @@ class PostgresStorage:
     call, so the constructor never blocks; use an instance from one event
     loop. Any number of processes, on any number of machines, may share a table.
     """
+
+    notifies_on_commit = True  # see storage.base.ringing: rings ride in the group commit
 
     def __init__(
         self,
@@ -326,16 +329,24 @@ class PostgresStorage:
                 held = held and c.value is None  # such a key is always absent
             elif expected.setdefault(c.key, c.value) != c.value:
                 held = False  # the same key expected with two different values
+        rings = COMMIT_RINGS.get()  # see storage.base.ringing
+        channels = tuple(pg_listen.channel_name(self._schema, t) for t in rings) if rings else ()
         if not held or not (final or expected):
             self._raise_if_closed()
+            if held and channels:  # nothing to write, but the rings asked for
+                for channel in channels:
+                    await self._writes.submit(a.Batch({}, {}, channel))
             return held
-        return await self._writes.submit(a.Batch(expected, final))
+        return await self._writes.submit(a.Batch(expected, final, None, channels))
 
     async def _send_group(self, items: Sequence[a.Batch]) -> list[bool]:
         """One round trip and one transaction for every batch of a group, and for the
         notifications that ride with it."""
         batches = [b for b in items if b.notify is None]
-        channels = sorted({b.notify for b in items if b.notify is not None})
+        channels = sorted(
+            {b.notify for b in items if b.notify is not None}
+            | {c for b in batches for c in b.channels}
+        )
         if not channels:
             return await self._send_batches(batches, None)
         tail = a.array(a.TEXT, (c.encode() for c in channels))
@@ -475,7 +486,7 @@ class PostgresStorage:
 
     async def _send_one(self, batch: a.Batch, notify: a.Array | None = None) -> bool:
         """A lone batch, through the simpler function: no per-batch loop on the server."""
-        expected, final, _ = batch
+        expected, final = batch.expected, batch.final
         lock_ids = sorted({self._lock_id(key) for key in (*expected, *final)})
         puts = [(key, value) for key, value in final.items() if value is not None]
         params: tuple[a.Array, ...] = (

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -387,9 +388,13 @@ class Worker:
     async def _flush(self) -> None:
         while self._outbox:
             batch, self._outbox = self._outbox, []
+            rings = tr.results_rings(any(job.claimed.task.slot for job, _, _ in batch))
+            write = None
+            if self._notifier is not None:  # the rings go with the write where they can
+                write = functools.partial(self._notifier.write, channels=rings)
             try:
                 oks = await claims.finish_many(
-                    self.storage, [(job.claimed, result) for job, result, _ in batch]
+                    self.storage, [(job.claimed, result) for job, result, _ in batch], write
                 )
             except Exception as exc:
                 for _, _, fut in batch:
@@ -399,10 +404,6 @@ class Worker:
             for (_, _, fut), ok in zip(batch, oks, strict=True):
                 if not fut.done():
                     fut.set_result(ok)
-            if self._notifier is not None and any(oks):
-                self._notifier.ring_soon(tr.RESULTS_TOPIC)
-                if any(job.claimed.task.slot for job, _, _ in batch):
-                    self._notifier.ring_soon(tr.TASKS_TOPIC)  # a limited queue has room
 
     async def _refuse(self, job: _Job) -> None:
         task = job.claimed.task

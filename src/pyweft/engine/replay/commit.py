@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
-from pyweft.storage.base import Expect, Op, Put, Storage
+from pyweft.storage.base import Expect, Op, Put, Storage, notifies_on_commit, ringing
 
 log = logging.getLogger("pyweft.commit")
 
@@ -44,13 +44,15 @@ class Committer:
     at once instead of at its next poll.
     """
 
-    __slots__ = ("_notify", "_storage", "fence", "on_commit")
+    __slots__ = ("_notify", "_storage", "fence", "on_commit", "rings_on_commit")
 
     def __init__(self, storage: Storage, fence: Fence | None = None) -> None:
         self._storage = storage
         self.fence = fence
         self.on_commit: Callable[[float], None] | None = None  # seconds per batch (metrics)
         self._notify: Callable[[str], Awaitable[None]] | None = getattr(storage, "notify", None)
+        # commit(rings=...) notifies in the write's own transaction (see storage.base.ringing)
+        self.rings_on_commit = notifies_on_commit(storage)
 
     async def commit(
         self,
@@ -58,11 +60,14 @@ class Committer:
         conditions: Sequence[Expect] = (),
         *,
         workflow_id: str | None = None,
+        rings: Sequence[str] = (),
     ) -> bool:
         """Write ``ops`` atomically if ``conditions`` (and the fence) hold.
 
         ``workflow_id`` names the run a write belongs to, for per-run fencing
         (``ownership="workflow-lease"``); engine-scoped writes leave it out.
+        ``rings``: topics to notify in the write's transaction; only where
+        :attr:`rings_on_commit` (elsewhere the caller rings after the write).
 
         Returns ``False`` when a condition failed; storage failures raise, and
         a write rejected because another engine took over raises
@@ -76,16 +81,21 @@ class Committer:
             conditions = [*conditions, *fence.conditions(workflow_id)]
         observe = self.on_commit
         began = time.perf_counter() if observe is not None else 0.0
-        if not conditions:
+        announce = _leaves_wake_marker(ops)
+        if self.rings_on_commit and (rings or announce):
+            with ringing([*rings, WAKE_TOPIC] if announce else rings):
+                ok = await self._storage.conditional_batch(conditions, ops)
+            announce = False  # sent with the write
+        elif not conditions:
             await self._storage.batch(ops)
             ok = True
         else:
             ok = await self._storage.conditional_batch(conditions, ops)
-            if not ok and fence is not None:
-                await fence.disambiguate(workflow_id)
+        if not ok and fence is not None and conditions:
+            await fence.disambiguate(workflow_id)
         if observe is not None:
             observe(time.perf_counter() - began)
-        if ok and _leaves_wake_marker(ops):
+        if ok and announce:
             await self.announce()
         return ok
 

@@ -706,8 +706,10 @@ class Run:
         pend: PendingStep,
         ops: list[Op] | None = None,
         conds: list[Expect] | None = None,
+        rings: Sequence[str] = (),
     ) -> bool:
-        """Record an open step's progress. ``False`` only when one of ``conds`` failed."""
+        """Record an open step's progress. ``False`` only when one of ``conds`` failed.
+        ``rings``: topics notified with the write (see :meth:`Committer.commit`)."""
         self._refuse_if_torn_down()
         journal_key = f"{self._journal_prefix}{pend.step:010d}"
         pending_key = keys.pending(self.id, pend.step)
@@ -720,7 +722,10 @@ class Run:
         self._open_pendings.add(pend.step)
         for branch_pendings in RACE_PENDINGS.get():
             branch_pendings.add(pend.step)
-        if not await self.services.committer.commit(batch, conditions, workflow_id=self.id):
+        committed = await self.services.committer.commit(
+            batch, conditions, workflow_id=self.id, rings=rings
+        )
+        if not committed:
             if not conds or await self.services.storage.get(journal_key) is not None:
                 raise Superseded()
             return False

@@ -14,6 +14,7 @@ handed out with the task that its result must echo.
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 import socket
@@ -141,12 +142,12 @@ class TaskBroker:
         one each. ``False`` for an outcome whose claim was lost: nothing written for it."""
         if not done:
             return []
-        oks = await claims.finish_many(self.storage, [(h.claimed, r) for h, r in done])
-        if any(oks):
-            self._notifier.ring_soon(tr.RESULTS_TOPIC)
-            if any(h.task.slot is not None for h, _ in done):
-                self._notifier.ring_soon(tr.TASKS_TOPIC)
-        return oks
+        rings = tr.results_rings(any(h.task.slot is not None for h, _ in done))
+        return await claims.finish_many(
+            self.storage,
+            [(h.claimed, r) for h, r in done],
+            functools.partial(self._notifier.write, channels=rings),
+        )
 
     async def abandon(self, held: Held, why: str) -> bool:
         """Fail an attempt whose worker is gone, as an expired claim fails (see

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -237,15 +238,23 @@ async def _extend_one(storage: Storage, c: Claimed, now: float) -> bool:
     return True
 
 
-async def finish_many(storage: Storage, done: list[tuple[Claimed, tr.TaskResult]]) -> list[bool]:
+Write = Callable[[Sequence[Expect], Sequence[Op]], Awaitable[bool]]
+"""A conditional batch write (``storage.conditional_batch``, or one that also rings)."""
+
+
+async def finish_many(
+    storage: Storage, done: list[tuple[Claimed, tr.TaskResult]], write: Write | None = None
+) -> list[bool]:
     """Store several outcomes: one batch when every claim still holds (the usual case),
-    else one each, so a lost claim refuses only its own result."""
+    else one each, so a lost claim refuses only its own result. ``write`` (default:
+    ``storage.conditional_batch``) applies each batch, e.g. with the results ring."""
+    write = write or storage.conditional_batch
     if len(done) > 1:
         conds = [Expect(key=tr.task_key(c.task.id), value=c.raw) for c, _ in done]
         ops = [op for c, result in done for op in _finish_ops(c, result)]
-        if await storage.conditional_batch(conds, ops):
+        if await write(conds, ops):
             return [True] * len(done)
-    return list(await asyncio.gather(*(finish(storage, c, r) for c, r in done)))
+    return list(await asyncio.gather(*(finish(storage, c, r, write) for c, r in done)))
 
 
 def _finish_ops(c: Claimed, result: tr.TaskResult) -> list[Op]:
@@ -257,10 +266,12 @@ def _finish_ops(c: Claimed, result: tr.TaskResult) -> list[Op]:
     ]
 
 
-async def finish(storage: Storage, c: Claimed, result: tr.TaskResult) -> bool:
+async def finish(
+    storage: Storage, c: Claimed, result: tr.TaskResult, write: Write | None = None
+) -> bool:
     """Store the outcome of a held task. ``False``: the claim was lost, nothing written."""
     conds = [Expect(key=tr.task_key(c.task.id), value=c.raw)]
-    return await storage.conditional_batch(conds, _finish_ops(c, result))
+    return await (write or storage.conditional_batch)(conds, _finish_ops(c, result))
 
 
 async def hand_back(

@@ -184,10 +184,13 @@ class TaskDispatcher:
         fresh = False
         if task is not None and ready is not None:
             raw_task = tr.encode(task)
+            # Workers hear of it from the write itself where the store can say so.
+            rings = (tr.TASKS_TOPIC,) if services.committer.rings_on_commit else ()
             try:
                 await run.commit_pending(
                     msgspec.structs.replace(base, ref=ref),
                     [Put(key=tkey, value=raw_task), Put(key=ready, value=raw_task)],
+                    rings=rings,
                 )
             except BaseException:
                 self._waiting.pop(tid, None)
@@ -199,7 +202,8 @@ class TaskDispatcher:
                         run.staged[op.key] = op
                     self._background(self._withdraw(run, withdraw))
                 raise
-            self._notifier.ring_soon(tr.TASKS_TOPIC)
+            if not rings:
+                self._notifier.ring_soon(tr.TASKS_TOPIC)
             fresh = True  # just written: its outcome can only come with a ring or a scan
         event = waiter_for.event
         try:

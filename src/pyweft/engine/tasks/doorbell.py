@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
-from pyweft.storage.base import Storage
+from pyweft.storage.base import Expect, Op, Storage, notifies_on_commit, ringing
 from pyweft.storage.doorbell import bell_dir, listen_dir, ring_dir
 
 log = logging.getLogger("pyweft.tasks")
@@ -30,6 +30,7 @@ class Notifier:
         self._dir = bell_dir(storage)
         self._store_notify = getattr(storage, "notify", None)
         self._store_listen = getattr(storage, "listen", None)
+        self._on_commit = notifies_on_commit(storage)
         self._pending: dict[str, bool] = {}  # channel -> another ring asked for meanwhile
 
     @property
@@ -44,6 +45,25 @@ class Notifier:
                 log.debug("notify %s failed: %s", channel, exc)
         elif self._dir is not None:
             ring_dir(self._dir, channel)
+
+    @property
+    def rings_on_commit(self) -> bool:
+        """The store sends a write's rings in the write's own transaction."""
+        return self._on_commit
+
+    async def write(
+        self, conditions: Sequence[Expect], ops: Sequence[Op], channels: Sequence[str]
+    ) -> bool:
+        """``conditional_batch``, then ring ``channels`` if it held: with the write itself
+        where the store can (no trip of its own), else right after it."""
+        if self._on_commit:
+            with ringing(channels):
+                return await self._storage.conditional_batch(conditions, ops)
+        ok = await self._storage.conditional_batch(conditions, ops)
+        if ok:
+            for channel in channels:
+                self.ring_soon(channel)
+        return ok
 
     def ring_soon(self, channel: str) -> None:
         """Ring once for every call made until the ring goes out: under load, many

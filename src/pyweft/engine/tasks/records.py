@@ -35,6 +35,13 @@ REF_PREFIX = "task:"  # a step's progress record points at its task with this ``
 TASKS_TOPIC = "pyweft_tasks"  # a task was written: workers look
 RESULTS_TOPIC = "pyweft_task_results"  # an outcome was written: engines look
 
+
+def results_rings(freed_slot: bool) -> tuple[str, ...]:
+    """What storing outcomes rings: the engines waiting for them, and the workers of a
+    limited queue when an outcome freed one of its slots."""
+    return (RESULTS_TOPIC, TASKS_TOPIC) if freed_slot else (RESULTS_TOPIC,)
+
+
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}").fullmatch
 
 
