@@ -7,6 +7,7 @@ or PostgreSQL schema through their own connections).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -26,8 +27,10 @@ from pyweft import (
     activity_context,
     workflow,
 )
+from pyweft.engine.replay.commit import Committer
 from pyweft.engine.tasks import claims
 from pyweft.engine.tasks import records as tr
+from pyweft.storage.base import Delete, Op, Put
 from support.backends import Backend
 from support.poll import eventually
 
@@ -90,6 +93,11 @@ async def pipeline(ctx: WorkflowContext, x: int) -> list[int]:
 
 
 @workflow
+async def thrice(ctx: WorkflowContext, x: int) -> list[int]:
+    return [x := await ctx.run(resize, x) for _ in range(3)]
+
+
+@workflow
 async def routed(ctx: WorkflowContext, x: int) -> int:
     return await ctx.run(local_step, x, queue="media")
 
@@ -104,7 +112,7 @@ ACTS = [resize, local_step, flaky, refuses, slow]
 
 def engine(backend: Backend, **kw: Any) -> Any:
     return backend.engine(
-        workflows=[pipeline, routed, one],
+        workflows=[pipeline, routed, one, thrice],
         activities=ACTS,
         clock=SystemClock(),
         poll_interval=0.05,
@@ -116,6 +124,33 @@ def worker(backend: Backend, acts: list[Any] = ACTS, **kw: Any) -> Worker:
     kw.setdefault("queues", ["media"])
     kw.setdefault("poll_interval", 0.05)
     return Worker(backend.storage(), activities=acts, **kw)
+
+
+async def test_a_worker_steps_record_rides_with_the_runs_next_write(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step a worker ran costs the engine one commit, not two: its record goes with
+    the next task (or the run's end), and its stored outcome is deleted in that batch."""
+    batches: list[list[Op]] = []
+    commit = Committer.commit
+
+    async def recording(self: Committer, ops: Sequence[Op], *args: Any, **kw: Any) -> bool:
+        if kw.get("workflow_id") == "t1":
+            batches.append(list(ops))
+        return await commit(self, ops, *args, **kw)
+
+    monkeypatch.setattr(Committer, "commit", recording)
+    async with engine(backend, serve_queues=[]) as eng, worker(backend):
+        assert await (await eng.start(thrice, 1, id="t1")).result(timeout=10) == [2, 4, 8]
+        assert await eng._core.storage.scan(tr.RESULT_PREFIX) == []
+    with_records = [b for b in batches if any(isinstance(op, Put) and ":j:" in op.key for op in b)]
+    assert len(with_records) == 3  # steps 2 and 3's tasks, then the end, each with one record
+    for batch in with_records:
+        puts = {op.key for op in batch if isinstance(op, Put)}
+        deletes = {op.key for op in batch if isinstance(op, Delete)}
+        assert any(k.startswith(tr.TASK_PREFIX) for k in puts) or "wf:t1" in puts
+        assert sum(k.startswith(tr.RESULT_PREFIX) for k in deletes) == 1
+    assert len(batches) == 4  # task 1; record 1 + task 2; record 2 + task 3; record 3 + end
 
 
 async def tasks_in(storage: Any) -> list[tr.Task]:

@@ -23,6 +23,10 @@ RACE_PENDINGS: contextvars.ContextVar[tuple[set[int], ...]] = contextvars.Contex
 )
 
 
+class Superseded(BaseException):
+    """Another writer committed this run's step or state: stop without writing."""
+
+
 class RunEnding(BaseException):
     """The run must end ``failed`` with ``error`` whatever the workflow catches (e.g. it
     passed its history limit): raised at every ctx call, never catchable as Exception."""

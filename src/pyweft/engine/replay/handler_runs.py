@@ -166,12 +166,12 @@ class HandlerRun:
             raise RunEnding(base.fatal)
         base.check_alive()
 
-    async def live(self, aw: Any) -> Any:
+    async def live(self, aw: Any, *, commits_first: bool = False) -> Any:
         """The run's ``live``, counted per handler: a handler between two steps keeps
         the run from counting as idle (it would be evicted with no wake-up for it)."""
         self.inside += 1
         try:
-            return await self.base.live(aw)
+            return await self.base.live(aw, commits_first=commits_first)
         finally:
             self.inside -= 1
             base = self.base
@@ -188,6 +188,10 @@ class HandlerRun:
             branch.append((rec, list(ops or ()), list(conds or ())))
             return True
         return await self.commit_steps([(rec, list(ops or ()), list(conds or ()))])
+
+    def defer_step(self, rec: StepRecord, ops: list[Any]) -> bool:
+        """A handler's steps are committed at once: its clock moves with their commits."""
+        return False
 
     async def commit_steps(self, entries: Deferred) -> bool:
         ok = await self.base.commit_steps(entries)

@@ -138,7 +138,9 @@ class Residency:
 
     def _writing(self, run: Run) -> bool:
         """A write for the run is under way (staged effects, an update, a message)."""
-        return bool(run.staged or run.update_lock.locked() or self._sending.get(run.id))
+        return bool(
+            run.staged or run.deferred or run.update_lock.locked() or self._sending.get(run.id)
+        )
 
     def _evictable(self, run: Run) -> bool:
         return self._parked(run) and not self._writing(run)

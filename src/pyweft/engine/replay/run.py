@@ -43,6 +43,7 @@ from pyweft.engine.replay.flow import RACE_BRANCH as RACE_BRANCH
 from pyweft.engine.replay.flow import RACE_PENDINGS as RACE_PENDINGS
 from pyweft.engine.replay.flow import Deferred as Deferred
 from pyweft.engine.replay.flow import RunEnding as RunEnding
+from pyweft.engine.replay.flow import Superseded as Superseded
 from pyweft.engine.replay.handler_runs import CURRENT_HANDLER, Invocations
 from pyweft.engine.replay.info import to_datetime
 from pyweft.engine.replay.records import (
@@ -53,6 +54,7 @@ from pyweft.engine.replay.records import (
     UpdateResponse,
     WorkflowState,
 )
+from pyweft.engine.replay.step_commits import StepCommits
 from pyweft.errors import (
     EngineDeposedError,
     HistoryLimitError,
@@ -147,10 +149,6 @@ class RunServices:
     interceptors: Any = None  # pyweft.observability.chain.InterceptorChain, None if none
 
 
-class Superseded(BaseException):
-    """Another writer committed this run's step or state: stop without writing."""
-
-
 # Failures of the engine itself, never outcomes the workflow may react to: a run that
 # meets one while driving is torn down (see Run.tear_down) and stays resumable.
 ENGINE_FAILURES: tuple[type[BaseException], ...] = (
@@ -166,7 +164,7 @@ ENGINE_FAILURES: tuple[type[BaseException], ...] = (
 TRANSIENT_FAILURES: tuple[type[BaseException], ...] = (StorageError, Superseded)
 
 
-class Run:
+class Run(StepCommits):
     """The in-memory driver of one run. Created by the engine, one per live run."""
 
     # Wake-up bookkeeping for changed()/notify(); class-level defaults, set per run on use.
@@ -243,6 +241,10 @@ class Run:
         self._timeout_handle: Any = None
         # Writes that must land with the run's next commit (attributes, version pins).
         self.staged: dict[str, Op] = {}
+        # Step records written with the run's next commit (see step_commits.defer_step),
+        # and the deletes of the worker outcomes that activity steps took (by step).
+        self.deferred: Deferred = []
+        self.task_outcomes: dict[int, Op] = {}
         self.version_pins: dict[str, int] = dict(version_pins or {})
         self.has_children = False
         # Answers given with respond() and still being written: the run ends only after
@@ -439,15 +441,17 @@ class Run:
 
     # --- waiting ----------------------------------------------------------------------
 
-    async def live(self, aw: Any) -> Any:
+    async def live(self, aw: Any, *, commits_first: bool = False) -> Any:
         """Await a live operation that a cancel request may interrupt.
 
-        Staged writes (attributes, version pins) are flushed first, so what the
-        workflow set is visible while it waits, however long that is.
+        Staged writes (attributes, version pins) and deferred step records are flushed
+        first, so what the workflow did is visible while it waits, however long that
+        is. ``commits_first``: ``aw`` begins with a commit of the run's own, which takes
+        the deferred records along (one commit instead of two).
         """
         try:
-            if self.staged and RACE_BRANCH.get() is None:
-                await self.flush_staged()
+            if (self.staged or self.deferred) and RACE_BRANCH.get() is None:
+                await self.flush_staged(deferred=not commits_first)
             # A cancel that arrived while this step was still recording its progress
             # (not yet waiting, so not interruptible) is delivered now, before the wait.
             self.check_alive()
@@ -559,22 +563,6 @@ class Run:
             times.append(self.state.deadline)
         return min(times) if times else None
 
-    # --- commits ------------------------------------------------------------------------
-
-    async def commit_step(
-        self, rec: StepRecord, ops: list[Op] | None = None, conds: list[Expect] | None = None
-    ) -> bool:
-        """Record a step's outcome with the side effects that must land with it.
-
-        Returns ``False`` when one of ``conds`` failed (nothing was written);
-        raises :class:`Superseded` when another writer recorded this step.
-        """
-        branch = RACE_BRANCH.get()
-        if branch is not None:
-            branch.append((rec, list(ops or ()), list(conds or ())))
-            return True
-        return await self.commit_steps([(rec, list(ops or ()), list(conds or ()))])
-
     def stop(self, reason: str = "the engine is shutting down") -> None:
         """Stop driving this run (shutdown): interrupt a live wait now; a run busy
         committing a result it already has finishes that commit, then is torn down at
@@ -641,96 +629,6 @@ class Run:
         """True when a transient failure (storage) tore the run down: worth re-driving."""
         return self.torn_down is not None and isinstance(self.teardown_cause, TRANSIENT_FAILURES)
 
-    async def commit_steps(self, entries: Deferred) -> bool:
-        """Commit several step records (and their side effects) in one batch."""
-        self._refuse_if_torn_down()
-        batch: list[Op] = []
-        conditions: list[Expect] = []
-        keys_written = []
-        for rec, ops, conds in entries:
-            key = f"{self._journal_prefix}{rec.step:010d}"
-            keys_written.append(key)
-            batch.append(Put(key=key, value=records.encode(rec)))
-            batch += ops
-            if rec.step in self._open_pendings:
-                batch.append(Delete(key=keys.pending(self.id, rec.step)))
-            conditions.append(Expect(key=key, value=None))
-            conditions += conds
-        staged, self.staged = self.staged, {}
-        batch += staged.values()
-        try:
-            ok = await self.services.committer.commit(batch, conditions, workflow_id=self.id)
-        except StorageError:
-            # The outcome may or may not be stored. If not, the activity need not run
-            # again: its outcome is kept here and committed at its step on replay.
-            for rec, ops, _ in entries:
-                if rec.kind == "activity" and not ops:
-                    self.unsaved[rec.step] = rec
-            raise
-        if not ok:
-            self.staged = {**staged, **self.staged}
-            has_side_conditions = len(conditions) > len(entries)
-            if not has_side_conditions or any(
-                [await self.services.storage.get(k) is not None for k in keys_written]
-            ):
-                raise Superseded()
-            return False
-        for rec, _, _ in entries:
-            self._open_pendings.discard(rec.step)
-            # A handler's steps keep their own time (see handler_runs): the workflow's
-            # ctx.now() must not move with them, or it would depend on timing.
-            if rec.step < keys.HANDLER_STEP_BASE and rec.finished_at > self.logical_now:
-                self.logical_now = rec.finished_at
-            self._emit_step(rec)
-        return True
-
-    def _emit_step(self, rec: StepRecord) -> None:
-        if self.services.events.active:
-            self.emit(
-                "step_completed" if rec.ok else "step_failed",
-                step=rec.step,
-                step_kind=rec.kind,
-                name=rec.name,
-                attempts=rec.attempts,
-            )
-
-    async def flush_staged(self) -> None:
-        """Write staged side effects now (e.g. attributes set from outside the workflow)."""
-        self._refuse_if_torn_down()
-        staged, self.staged = self.staged, {}
-        if staged:
-            await self.services.committer.commit(list(staged.values()), workflow_id=self.id)
-
-    async def commit_pending(
-        self,
-        pend: PendingStep,
-        ops: list[Op] | None = None,
-        conds: list[Expect] | None = None,
-        rings: Sequence[str] = (),
-    ) -> bool:
-        """Record an open step's progress. ``False`` only when one of ``conds`` failed.
-        ``rings``: topics notified with the write (see :meth:`Committer.commit`)."""
-        self._refuse_if_torn_down()
-        journal_key = f"{self._journal_prefix}{pend.step:010d}"
-        pending_key = keys.pending(self.id, pend.step)
-        batch: list[Op] = [Put(key=pending_key, value=records.encode(pend))]
-        if ops:
-            batch += ops
-        conditions = [Expect(key=journal_key, value=None), *(conds or ())]
-        # Tracked before the write: if this step is cancelled while the write is in
-        # flight (a race loser), the write may still land, and finish() must delete it.
-        self._open_pendings.add(pend.step)
-        for branch_pendings in RACE_PENDINGS.get():
-            branch_pendings.add(pend.step)
-        committed = await self.services.committer.commit(
-            batch, conditions, workflow_id=self.id, rings=rings
-        )
-        if not committed:
-            if not conds or await self.services.storage.get(journal_key) is not None:
-                raise Superseded()
-            return False
-        return True
-
     async def write_state(self, new: WorkflowState, extra: list[Op] | None = None) -> None:
         """Replace the state record, conditioned on the bytes this run last saw."""
         async with self._lock:
@@ -744,12 +642,6 @@ class Run:
         if not await self.services.committer.commit(ops, cond, workflow_id=self.id):
             raise Superseded()
         self.state, self.state_raw = new, raw
-
-    def _refuse_if_torn_down(self) -> None:
-        # Once torn down, nothing more is recorded: a cleanup path the workflow takes
-        # (a finally block, a handler of the interruption) would break replay.
-        if self.torn_down is not None:
-            raise self._torn_down_error(self.torn_down.reason)
 
     def encode_result(self, value: object, what: str) -> bytes:
         payload = self.services.codec.encode(value)
@@ -868,6 +760,8 @@ class Run:
         await self.answers_written()
         await self.handlers.abandon(self, "with continue_as_new")
         self._refuse_if_torn_down()
+        if self.deferred:  # the generation's last steps, before its history is read
+            await self.flush_staged()
         payload = encode_args(self.services.codec, args)
         if len(payload) > self.services.max_payload_bytes:
             raise payload_size_error(
@@ -1046,16 +940,25 @@ class Run:
             staged, self.staged = self.staged, {}
             ops += staged.values()
             conditions = [Expect(key=keys.wf(self.id), value=self.state_raw)]
+            # Step records still deferred go with the end (a finished run replays whole).
+            deferred, deferred_ops, deferred_conds = self.deferred_batch()
+            ops += deferred_ops
+            conditions += deferred_conds
             if plan is not None:
                 ops += plan.ops
                 conditions += plan.conditions
             if not await self.services.committer.commit(ops, conditions, workflow_id=self.id):
                 self.staged = {**staged, **self.staged}
+                self.restore_deferred(deferred)
                 if plan is None or not plan.conditions:
                     raise Superseded()
                 if await self.services.storage.get(keys.wf(self.id)) != self.state_raw:
                     raise Superseded()
+                steps = [c.key for c in deferred_conds if c.value is None]
+                if any([await self.services.storage.get(k) is not None for k in steps]):
+                    raise Superseded()  # another writer recorded a deferred step
                 return False  # a child moved on meanwhile: read the children again
+            self.deferred_written(deferred)
             self.state, self.state_raw = new, raw
             self._open_pendings.clear()
             if claims is not None:

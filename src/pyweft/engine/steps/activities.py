@@ -142,7 +142,10 @@ async def run_activity(
                                 queue,
                                 None if attempt_timeout is None else started + attempt_timeout,
                                 timeout_kind,
-                            )
+                            ),
+                            # A worker's attempt starts with writing its task, which takes
+                            # the run's deferred step records along.
+                            commits_first=remote is not None,
                         )
                     )
                 finally:
@@ -158,6 +161,9 @@ async def run_activity(
             payload = run.encode_result(value, f"result of activity {act.name!r}")
             result = _decode_result(codec, payload, act, step)  # before it is recorded as done
         except Exception as exc:
+            outcome = run.task_outcomes.pop(step, None)
+            if outcome is not None:  # a worker's outcome this engine could not use
+                run.staged[outcome.key] = outcome
             now = clock.now()
             delay = retry.delay_after(attempt)
             give_up = (
@@ -218,7 +224,12 @@ async def run_activity(
             attempts=attempt,
             value=payload,
         )
-        await run.commit_step(done)
+        outcome = run.task_outcomes.pop(step, None)  # a worker's, stored until this lands
+        if outcome is None:
+            await run.commit_step(done)
+        elif not run.defer_step(done, [outcome]):
+            run.staged[outcome.key] = outcome  # (a race branch may lose: delete it anyway)
+            await run.commit_step(done)
         return result
 
 

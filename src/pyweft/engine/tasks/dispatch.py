@@ -205,6 +205,8 @@ class TaskDispatcher:
             if not rings:
                 self._notifier.ring_soon(tr.TASKS_TOPIC)
             fresh = True  # just written: its outcome can only come with a ring or a scan
+        elif run.deferred:  # no write of its own to take them along (live() left them)
+            await run.flush_staged()
         event = waiter_for.event
         try:
             while True:
@@ -251,9 +253,12 @@ class TaskDispatcher:
         finally:
             self._waiting.pop(tid, None)
         result = tr.decode_result(raw, key=rkey)
-        run.staged[rkey] = Delete(key=rkey)  # removed with the step's record
         if result.ok:
+            # The outcome stays stored until the step's record replaces it (in one batch):
+            # the record can wait for the run's next commit (see step_commits.defer_step).
+            run.task_outcomes[actx.step] = Delete(key=rkey)
             return None if result.value is None else services.codec.decode(result.value)
+        run.staged[rkey] = Delete(key=rkey)  # removed with the step's next record
         raise remote_failure(result.error, result)
 
 
