@@ -2,7 +2,10 @@
 
 The work happens in the engine's parts (``core``, ``creation``, ``control``,
 ``maintenance``, and the messaging modules); this class is the documented
-surface users call.
+surface users call. It holds registration, open/close and ``start``, and
+inherits the rest from mixins: run control, ownership, messaging, inspection,
+schedules, shared state and queues (the ``*_api.py`` modules beside it) and
+workers (``tasks/api.py``).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from pyweft.engine import options
 from pyweft.engine.control import commands, creation, maintenance
 from pyweft.engine.control.core import EngineCore
 from pyweft.engine.control.stalls import StallMonitor
+from pyweft.engine.control_api import RunControlAPI
 from pyweft.engine.handle import WorkflowHandle, check_result_type
 from pyweft.engine.inspection_api import InspectionAPI
 from pyweft.engine.messages.reviews import ReviewDesk
@@ -42,24 +46,11 @@ from pyweft.engine.messages.updates import HOOKS as UPDATE_HOOKS
 from pyweft.engine.messages.updates import UpdateClient
 from pyweft.engine.messages.wakeups import WakeupPoller
 from pyweft.engine.messaging_api import MessagingAPI
-from pyweft.engine.ownership import (
-    MODES,
-    StoreOwnership,
-    check_mode_marker,
-    read_ownership,
-    resolve_ownership,
-    store_label,
-    stored_mode,
-)
-from pyweft.engine.ownership.claims import ClaimRegistry
+from pyweft.engine.ownership import MODES, check_mode_marker, resolve_ownership, stored_mode
 from pyweft.engine.ownership.detector import SecondInstanceDetector
-from pyweft.engine.ownership.identity import (
-    Incarnation,
-    current,
-    default_engine_id,
-    new_instance_id,
-)
-from pyweft.engine.ownership.lease import LeaseHealth, LeaseManager
+from pyweft.engine.ownership.identity import Incarnation, current, new_instance_id
+from pyweft.engine.ownership.lease import LeaseManager
+from pyweft.engine.ownership_api import OwnershipAPI
 from pyweft.engine.queues.queue import Queue
 from pyweft.engine.queues_api import QueuesAPI
 from pyweft.engine.replay import keys
@@ -67,6 +58,8 @@ from pyweft.engine.replay.redrive import Redriver
 from pyweft.engine.replay.residency import DEFAULT_MAX_CACHED_RUNS
 from pyweft.engine.replay.run import RunServices
 from pyweft.engine.replay.stats import EngineStats
+from pyweft.engine.schedules_api import SchedulesAPI
+from pyweft.engine.state_api import StateAPI
 from pyweft.engine.tasks.api import WorkersAPI
 from pyweft.engine.tasks.dispatch import TaskDispatcher
 from pyweft.errors import (
@@ -82,11 +75,9 @@ from pyweft.observability.exposition import commit_observer, prometheus_text
 from pyweft.observability.interceptors import Interceptor, check_interceptors
 from pyweft.storage.base import Expect, Put, Storage
 from pyweft.storage.file_lock import StoreFileLock
-from pyweft.storage.sqlite import SQLiteStorage
 
 if TYPE_CHECKING:
     from pyweft.engine.context import WorkflowContext
-    from pyweft.engine.schedules.records import ScheduleInfo
     from pyweft.engine.schedules.service import Schedules
     from pyweft.engine.state.admin import StateAdmin
 
@@ -105,7 +96,16 @@ Ts = TypeVarTuple("Ts")
 R = TypeVar("R")
 
 
-class Engine(MessagingAPI, InspectionAPI, WorkersAPI, QueuesAPI):
+class Engine(
+    RunControlAPI,
+    OwnershipAPI,
+    MessagingAPI,
+    InspectionAPI,
+    SchedulesAPI,
+    StateAPI,
+    WorkersAPI,
+    QueuesAPI,
+):
     """Runs durable workflows on a store. Use ``async with Engine(...) as engine``.
 
     ``storage`` is a URL (``sqlite:///app.db``, ``memory://``), a
@@ -345,44 +345,6 @@ class Engine(MessagingAPI, InspectionAPI, WorkersAPI, QueuesAPI):
         """``{workflow type: version}`` of every registered workflow."""
         return {name: d.version for name, d in sorted(self._core.workflows.items())}
 
-    # --- ownership --------------------------------------------------------------------
-
-    def _use_ownership(self, mode: str) -> None:
-        """Set up what ``mode`` needs: the file lock, the store lease, or run claims."""
-        if mode == "workflow-lease" and self._detect_second_instance:
-            raise ConfigurationError(
-                "detect_second_instance is for ownership='none' or 'lease'; with "
-                "'workflow-lease' (the default on PostgreSQL) several engines share the store "
-                "on purpose. Pass ownership='none' or 'lease' explicitly to use the detector"
-            )
-        store, opts = self._core.storage, self._ownership_options
-        self.ownership = mode
-        self._store_lock, self._lease, self._core.claims = None, None, None
-        if self.role == "client":
-            return  # a client takes no lock, no lease and no claims: it never drives runs
-        if mode == "none" and isinstance(store, SQLiteStorage) and not store.read_only:
-            self._store_lock = StoreFileLock(store.path)
-        elif mode == "lease":
-            self._lease = LeaseManager(
-                store,
-                self.clock,
-                self.instance_id,
-                ttl_s=opts["lease_ttl"],
-                renew_interval_s=opts["lease_renew_interval"],
-                wait_timeout_s=opts["lease_wait_timeout"],
-                poll_interval_s=opts["poll_interval"],
-                on_deposed=self._deposed,
-            )
-        elif mode == "workflow-lease":
-            self._core.claims = ClaimRegistry(
-                store,
-                self.clock,
-                self.instance_id,
-                ttl_s=opts["claim_ttl"],
-                renew_interval_s=opts["claim_renew_interval"],
-                on_lost=self._core.claim_lost,
-            )
-
     # --- lifecycle --------------------------------------------------------------------
 
     async def __aenter__(self) -> Engine:
@@ -428,15 +390,6 @@ class Engine(MessagingAPI, InspectionAPI, WorkersAPI, QueuesAPI):
             if self._store_lock is not None and core.state == "new":
                 self._store_lock.release()  # shutdown() releases it once the engine opened
             raise
-
-    @property
-    def engine_id(self) -> str:
-        """This engine's stable identity: ``Engine(engine_id=...)``, or host + store +
-        registered workflow types. A restarted engine with the same id takes back the
-        lease and claims of its previous incarnation at once when that process is dead."""
-        if self._engine_id is None:
-            return default_engine_id(store_label(self._core.storage), self._core.workflows)
-        return self._engine_id
 
     async def _open(self, core: EngineCore) -> None:
         await self._check_schema()
@@ -620,63 +573,6 @@ class Engine(MessagingAPI, InspectionAPI, WorkersAPI, QueuesAPI):
         )
         self._stalls.start()
 
-    def _arm_claims(self) -> None:
-        """Renew our claims and take over abandoned runs, every claim renewal interval.
-
-        Two independent single-flight tasks: a reclaim scan busy taking over thousands
-        of runs must never hold up the renewal of the claims this engine already has
-        (its peers would then take healthy runs from it).
-        """
-        claims = self._core.claims
-        if claims is None or self._core.state != "open":
-            return
-
-        def due() -> None:
-            if self._core.state != "open":
-                return
-            loop = asyncio.get_running_loop()
-            if self._renew_task is None or self._renew_task.done():
-                self._renew_task = loop.create_task(self._renew_cycle())
-            if self._claim_task is None or self._claim_task.done():
-                self._claim_task = loop.create_task(self._claim_cycle())
-            self._arm_claims()
-
-        self._claim_timer = self.clock.call_at(self.clock.now() + claims.renew_interval, due)
-
-    async def _renew_cycle(self) -> None:
-        claims = self._core.claims
-        if claims is None:
-            return
-        try:
-            await claims.renew_all()
-        except Exception:
-            log.exception("claim renewal failed; retrying next interval")
-
-    async def _claim_cycle(self) -> None:
-        if not self._recover:  # recover=False: this engine drives only the runs it starts
-            return
-        try:
-            await self._core.reclaim()
-            await self._core.adopt_blocked()  # e.g. runs of our version blocked elsewhere
-        except Exception:
-            log.exception("reclaim scan failed; retrying next interval")
-
-    async def reclaim(self) -> int:
-        """``workflow-lease``: take over runs whose owner stopped renewing; returns how many."""
-        self._core.services_or_raise()
-        return await self._core.reclaim()
-
-    def _deposed(self, reason: str) -> None:
-        """Another engine took the lease: stop everything, on a later loop iteration."""
-        loop = asyncio.get_running_loop()
-        loop.call_soon(lambda: loop.create_task(self.shutdown()))
-
-    async def store_ownership(self) -> StoreOwnership:
-        """What the store records about ownership: its mode marker, the store lease (holder,
-        epoch, expiry) and how many run claims are live. Reads only."""
-        self._core.services_or_raise()
-        return await read_ownership(self._core.storage, self.clock.now())
-
     def stats(self) -> EngineStats:
         """Counters of this engine since it opened: runs driven, storage failures that
         stopped runs, runs resumed after them, runs waiting for the store right now."""
@@ -693,64 +589,7 @@ class Engine(MessagingAPI, InspectionAPI, WorkersAPI, QueuesAPI):
         measure (``MetricsInterceptor``; see docs/guides/observability.md)."""
         return prometheus_text(self.stats(), self.lease_health(), self._interceptors)
 
-    def lease_health(self) -> LeaseHealth:
-        """The store lease as this engine sees it (``no-lease`` unless ``ownership="lease"``)."""
-        return self._lease.health() if self._lease is not None else LeaseHealth(state="no-lease")
-
-    @property
-    def schedules(self) -> Schedules:
-        """Schedules on this store: ``get``, ``list``, ``update``, ``pause``, ``resume``,
-        ``delete``, ``trigger``, ``backfill``, ``preview`` (docs/guides/schedules.md)."""
-        if self._schedules is None:
-            from pyweft.engine.schedules.service import Schedules
-
-            self._schedules = Schedules(self._core, self._signal_sender)
-        return self._schedules
-
-    @property
-    def state(self) -> StateAdmin:
-        """Durable shared state (``ctx.state``) seen from outside: ``get``, ``list``,
-        ``set``, ``delete`` (docs/guides/state.md)."""
-        if self._state is None:
-            from pyweft.engine.state.admin import StateAdmin
-
-            self._state = StateAdmin(self._core)
-        return self._state
-
-    def _signal_sender(self) -> SignalSender:
-        assert self._signals is not None, "the engine is not open"
-        return self._signals
-
     # --- starting runs ------------------------------------------------------------------
-
-    async def get_state(
-        self,
-        name: str,
-        *,
-        workflow_id: str | None = None,
-        workflow_type: str | None = None,
-        default: Any = None,
-    ) -> Any:
-        """A durable shared value (``ctx.state``) of a run family (``workflow_id``: the
-        top-most parent) or of a workflow type; ``default`` when never written."""
-        return await self.state.get(
-            name, workflow_id=workflow_id, workflow_type=workflow_type, default=default
-        )
-
-    async def inspect_lock(self, name: str) -> dict[str, Any]:
-        """A durable lock (``ctx.lock``) as stored: ``permits``, live ``holders`` and
-        ``waiters`` (FIFO), each with ``workflow_id`` and ``expires_at``."""
-        self._core.services_or_raise()
-        from pyweft.engine.state.locks import inspect_lock
-
-        return await inspect_lock(self._core.storage, name, self.clock.now())
-
-    async def create_schedule(
-        self, schedule_id: str, wf: Callable[..., Any] | str, *args: Any, **options: Any
-    ) -> ScheduleInfo:
-        """Store a schedule that starts ``wf(*args)`` at every occurrence of ``cron=``
-        (in ``timezone=``) or ``every=``; see :meth:`Schedules.create` for the options."""
-        return await self.schedules.create(schedule_id, wf, *args, **options)
 
     @overload
     async def start(
@@ -852,61 +691,7 @@ class Engine(MessagingAPI, InspectionAPI, WorkersAPI, QueuesAPI):
         check_result_type(result_type, "get_handle")
         return WorkflowHandle(self, workflow_id)
 
-    # --- results and control ------------------------------------------------------------
-
-    async def result(self, workflow_id: str, *, timeout: Duration | None = None) -> Any:
-        """Wait for a run to finish; return its result or raise its failure.
-
-        ``timeout`` bounds the wait only (seconds, ``timedelta`` or ``"30s"``).
-        """
-        seconds = parse_optional_duration(timeout, field="timeout")
-        return await commands.result(self._core, workflow_id, seconds)
-
-    async def cancel(self, workflow_id: str) -> None:
-        """Ask a run to stop. The workflow sees ``asyncio.CancelledError`` at its current step.
-
-        Works for running, pending and suspended runs; cancelling a finished
-        run does nothing.
-        """
-        await commands.cancel(self._core, workflow_id)
-
-    async def suspend(self, workflow_id: str) -> None:
-        """Pause a run: it keeps its journal, is not recovered, and ``result()`` keeps waiting.
-
-        Suspending a suspended or finished run does nothing. ``resume`` continues it.
-        """
-        await commands.suspend(self._core, workflow_id)
-
-    async def resume(self, workflow_id: str) -> None:
-        """Continue a suspended run here; also re-drives a ``running`` run nobody drives.
-
-        A ``blocked`` run is replayed here at once when this engine registers its
-        type and version (it blocks again if the code still drifts); otherwise it is
-        set running for an engine that has its code to pick up.
-
-        Raises :class:`WorkflowTerminalError` for a finished run and
-        :class:`InvalidArgumentError` for a pending one (it starts on its own).
-        """
-        await commands.resume(self._core, workflow_id)
-
-    async def fail(self, workflow_id: str, reason: str) -> None:
-        """End a run that no engine drives (``blocked``, ``suspended`` or ``pending``) as
-        ``failed`` with ``reason``: what to do with a blocked run whose code will not be
-        fixed. Its ``result()`` raises :class:`WorkflowFailedError` (``error_type``
-        ``"FailedByOperator"``). Raises :class:`WorkflowTerminalError` for a finished
-        run and :class:`InvalidArgumentError` for a running one (cancel it instead).
-        """
-        await commands.fail(self._core, workflow_id, reason)
-
-    async def recover_all(self) -> int:
-        """Resume every stored run that is ``running`` and not already driven here, and
-        every ``blocked`` run this engine's code may replay now.
-
-        Returns how many runs were resumed. Runs whose workflow type or version is
-        not registered are left untouched (and logged) so an engine that has the
-        code can run them. Pending (delayed) runs get their start timers.
-        """
-        return await commands.recover_all(self._core)
+    # --- what this engine drives ----------------------------------------------------
 
     def quiescent(self) -> bool:
         """True when nothing here moves until time passes or a message arrives: every run

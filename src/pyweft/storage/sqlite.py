@@ -8,8 +8,9 @@ sequential caller pays exactly one. A reader thread with its own connection
 serves ``get`` and ``scan``; WAL lets it read while the writer commits, so
 reads never wait behind an fsync.
 
-Results travel back with one ``call_soon_threadsafe`` per group and event
-loop, not one per batch, to keep wake-ups of the loop to a minimum.
+The threads, their job queues and the delivery of results back to the event
+loop are in ``sqlite_threads.py``; this module holds the SQL, the connections
+and what each thread runs.
 """
 
 from __future__ import annotations
@@ -19,13 +20,10 @@ import contextlib
 import functools
 import json
 import os
-import queue
 import sqlite3
-import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future as ThreadFuture
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from pyweft.errors import ConfigurationError, StorageClosedError, StorageError
 from pyweft.storage.base import (
@@ -39,6 +37,7 @@ from pyweft.storage.base import (
     StorageCapabilities,
     prefix_end,
 )
+from pyweft.storage.sqlite_threads import J, ReadJob, ReadManyJob, Worker, WriteJob
 
 # --- SQL: every statement this adapter runs ------------------------------------
 
@@ -94,186 +93,6 @@ def _sql_in(template: str, n: int) -> str:
 @functools.lru_cache(maxsize=_CHUNK + 1)
 def _sql_values(n: int) -> str:
     return _SQL_PUT_VALUES.format(",".join(("(?,?)",) * n))
-
-
-# --- jobs handed to the worker threads -------------------------------------------
-
-
-class _Job:
-    """A unit of work plus where to deliver its outcome (a result or an exception)."""
-
-    __slots__ = ("future", "loop")
-
-    def __init__(self, future: asyncio.Future[Any] | None, loop: asyncio.AbstractEventLoop | None):
-        self.future = future
-        self.loop = loop
-
-
-class _WriteJob(_Job):
-    __slots__ = ("conditions", "ops")
-
-    def __init__(
-        self,
-        conditions: Sequence[Expect],
-        ops: Sequence[Op],
-        future: asyncio.Future[Any],
-        loop: asyncio.AbstractEventLoop,
-    ):
-        super().__init__(future, loop)
-        self.conditions = conditions
-        self.ops = ops
-
-
-class _ReadJob(_Job):
-    __slots__ = ("params", "single", "sql")
-
-    def __init__(
-        self,
-        sql: str,
-        params: tuple[object, ...],
-        single: bool,
-        future: asyncio.Future[Any],
-        loop: asyncio.AbstractEventLoop,
-    ):
-        super().__init__(future, loop)
-        self.sql = sql
-        self.params = params
-        self.single = single
-
-
-class _ReadManyJob(_ReadJob):
-    """Several reads as one statement returning one row: ``shapes`` says, per column,
-    ``None`` for a get (the value itself) or a scan's ``reverse`` (its rows as JSON)."""
-
-    __slots__ = ("shapes",)
-
-    def __init__(
-        self,
-        sql: str,
-        params: tuple[object, ...],
-        shapes: tuple[bool | None, ...],
-        future: asyncio.Future[Any],
-        loop: asyncio.AbstractEventLoop,
-    ):
-        super().__init__(sql, params, True, future, loop)
-        self.shapes = shapes
-
-
-class _Stop(_Job):
-    """Sentinel: finish what is queued before it, close the connection, exit."""
-
-    __slots__ = ()
-
-
-J = TypeVar("J", bound=_Job)
-
-
-def _settle(pairs: list[tuple[asyncio.Future[Any], object]]) -> None:
-    for future, outcome in pairs:
-        if future.done():  # the caller was cancelled; nobody is listening
-            continue
-        if isinstance(outcome, BaseException):
-            future.set_exception(outcome)
-        else:
-            future.set_result(outcome)
-
-
-def _deliver(jobs: Sequence[_Job], outcomes: Sequence[object]) -> None:
-    """Hand outcomes back with one thread-safe call per event loop involved."""
-    if len(jobs) == 1:  # the common case of a lone sequential caller
-        job = jobs[0]
-        if job.loop is not None and job.future is not None:
-            with contextlib.suppress(RuntimeError):
-                job.loop.call_soon_threadsafe(_settle, [(job.future, outcomes[0])])
-        return
-    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], object]]] = {}
-    for job, outcome in zip(jobs, outcomes, strict=True):
-        if job.loop is not None and job.future is not None:
-            by_loop.setdefault(job.loop, []).append((job.future, outcome))
-    for loop, pairs in by_loop.items():
-        # A closed loop raises RuntimeError; nobody can be awaiting its futures then.
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(_settle, pairs)
-
-
-class _Worker(Generic[J]):
-    """One thread owning one connection, running whatever is queued as one group.
-
-    The connection is opened on the thread itself (sqlite3 connections are
-    thread-bound) and the constructor waits for it, so open errors surface
-    at construction time rather than on the first call.
-    """
-
-    def __init__(
-        self,
-        name: str,
-        connect: Callable[[], sqlite3.Connection],
-        run_group: Callable[[sqlite3.Connection, list[J]], list[object]],
-        closed_error: Callable[[], StorageClosedError],
-    ) -> None:
-        self._connect = connect
-        self._run_group = run_group
-        self._closed_error = closed_error
-        self._queue: queue.SimpleQueue[J | _Stop] = queue.SimpleQueue()
-        ready: ThreadFuture[None] = ThreadFuture()
-        self._thread = threading.Thread(target=self._main, args=(ready,), name=name, daemon=True)
-        self._thread.start()
-        try:
-            ready.result()
-        except BaseException:
-            self._thread.join()
-            raise
-
-    def submit(self, job: J) -> None:
-        self._queue.put(job)
-
-    def stop(self, loop: asyncio.AbstractEventLoop | None) -> asyncio.Future[Any] | None:
-        future = loop.create_future() if loop is not None else None
-        self._queue.put(_Stop(future, loop))
-        return future
-
-    def join(self) -> None:
-        self._thread.join()
-
-    def _main(self, ready: ThreadFuture[None]) -> None:
-        try:
-            conn = self._connect()
-        except BaseException as exc:
-            ready.set_exception(exc)
-            return
-        ready.set_result(None)
-        get, get_nowait, empty = self._queue.get, self._queue.get_nowait, self._queue.empty
-        run_group = self._run_group
-        stop: _Stop | None = None
-        try:
-            while stop is None:
-                item = get()
-                group: list[J] = []
-                while True:  # drain: everything queued meanwhile joins this group
-                    if isinstance(item, _Stop):
-                        stop = item
-                        break
-                    group.append(item)
-                    if empty():  # this thread is the only consumer, so no race
-                        break
-                    item = get_nowait()
-                if group:
-                    _deliver(group, run_group(conn, group))
-        finally:
-            conn.close()
-            self._fail_stragglers()
-            if stop is not None:
-                _deliver([stop], [None])
-
-    def _fail_stragglers(self) -> None:
-        # Only reachable if a job raced close() from another thread; fail it loudly.
-        while True:
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                return
-            if not isinstance(item, _Stop):
-                _deliver([item], [self._closed_error()])
 
 
 # --- the adapter -------------------------------------------------------------------
@@ -336,13 +155,13 @@ class SQLiteStorage:
         self._transactions = 0  # committed by the writer; lets tests observe grouping
         # The writer goes first: it checks the file is ours, switches it to WAL and creates
         # the table. A read-only store has no writer at all.
-        self._writer: _Worker[_WriteJob] | None = None
+        self._writer: Worker[WriteJob] | None = None
         if not read_only:
             self._writer = self._start_worker(
                 "pyweft-sqlite-writer", self._connect_writer, self._run_writes
             )
         try:
-            self._reader: _Worker[_ReadJob] = self._start_worker(
+            self._reader: Worker[ReadJob] = self._start_worker(
                 "pyweft-sqlite-reader", self._connect_reader, self._run_reads
             )
         except BaseException:
@@ -434,7 +253,7 @@ class SQLiteStorage:
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         sql = _SQL_READ_MANY.format(", ".join(columns))
-        self._reader.submit(_ReadManyJob(sql, tuple(params), tuple(shapes), future, loop))
+        self._reader.submit(ReadManyJob(sql, tuple(params), tuple(shapes), future, loop))
         found: list[ReadResult] = await future
         if empty:
             rest = iter(found)
@@ -462,7 +281,7 @@ class SQLiteStorage:
         self._raise_if_closed()
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        self._reader.submit(_ReadJob(sql, params, single, future, loop))
+        self._reader.submit(ReadJob(sql, params, single, future, loop))
         return await future
 
     async def _write(self, conditions: Sequence[Expect], ops: Sequence[Op]) -> bool:
@@ -478,7 +297,7 @@ class SQLiteStorage:
             )
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        self._writer.submit(_WriteJob(conditions, ops, future, loop))
+        self._writer.submit(WriteJob(conditions, ops, future, loop))
         result: bool = await future
         return result
 
@@ -503,9 +322,9 @@ class SQLiteStorage:
         name: str,
         connect: Callable[[], sqlite3.Connection],
         run_group: Callable[[sqlite3.Connection, list[J]], list[object]],
-    ) -> _Worker[J]:
+    ) -> Worker[J]:
         try:
-            return _Worker(name, connect, run_group, self._closed_error)
+            return Worker(name, connect, run_group, self._closed_error)
         except sqlite3.Error as exc:
             why = "" if self._read_only else _read_only_reason(self._path)
             if why:
@@ -619,7 +438,7 @@ class SQLiteStorage:
             )
         return True
 
-    def _run_writes(self, conn: sqlite3.Connection, jobs: list[_WriteJob]) -> list[object]:
+    def _run_writes(self, conn: sqlite3.Connection, jobs: list[WriteJob]) -> list[object]:
         """Run every queued batch in one transaction: all commit, or all fail.
 
         Each batch's conditions are checked before any of its writes, against the
@@ -678,14 +497,14 @@ class SQLiteStorage:
             cur.close()
         return outcomes
 
-    def _run_reads(self, conn: sqlite3.Connection, jobs: list[_ReadJob]) -> list[object]:
+    def _run_reads(self, conn: sqlite3.Connection, jobs: list[ReadJob]) -> list[object]:
         outcomes: list[object] = []
         execute = conn.execute
         for job in jobs:
             try:
                 # fetchall() steps each statement to the end, so no read
                 # transaction stays open to pin an old WAL snapshot.
-                if isinstance(job, _ReadManyJob):
+                if isinstance(job, ReadManyJob):
                     # fetchall(): stepped to the end, so no read transaction stays open.
                     (row,) = execute(job.sql, job.params).fetchall()
                     outcomes.append(
