@@ -947,7 +947,12 @@ class Run(StepCommits):
             if plan is not None:
                 ops += plan.ops
                 conditions += plan.conditions
-            if not await self.services.committer.commit(ops, conditions, workflow_id=self.id):
+            try:
+                ended = await self.services.committer.commit(ops, conditions, workflow_id=self.id)
+            except BaseException:
+                self.restore_deferred(deferred)  # (see StepCommits._commit_entries)
+                raise
+            if not ended:
                 self.staged = {**staged, **self.staged}
                 self.restore_deferred(deferred)
                 if plan is None or not plan.conditions:

@@ -185,13 +185,18 @@ class StepCommits:
             ok = await self.services.committer.commit(
                 batch, conditions, workflow_id=self.id, rings=rings
             )
-        except StorageError:
-            # The outcome may or may not be stored. If not, the activity need not run
-            # again: its outcome is kept here and committed at its step on replay. (A
-            # deferred one is still stored where it came from.)
-            for rec, rec_ops, _ in entries:
-                if rec.kind == "activity" and not rec_ops:
-                    self.unsaved[rec.step] = rec
+        except BaseException as exc:
+            # The batch may or may not be stored (a storage failure, or a cancel that came
+            # while it was on its way). If not, the activity need not run again: its
+            # outcome is kept here and committed at its step on replay (a deferred one is
+            # still stored where it came from). Deferred records go back in line: if the
+            # batch did land, writing them again fails on their journal keys and the run
+            # is re-driven from what is stored, which holds them.
+            self.restore_deferred(taken)
+            if isinstance(exc, StorageError):
+                for rec, rec_ops, _ in entries:
+                    if rec.kind == "activity" and not rec_ops:
+                        self.unsaved[rec.step] = rec
             raise
         if not ok:
             self.staged = {**held_back, **self.staged}
