@@ -328,7 +328,8 @@ async def test_other_long_waits_dropped_by_their_clients_end_with_them(
         if wait == "update-result":
             assert engine._updates is not None and engine._updates._waiters == {}
             await engine.resume("lp")  # the update was only waited for: it still applies
-            answer = await http.get(API_PREFIX + path.replace("30", "10"))
+            # not path.replace("30", ...): a hex update id may hold "30" itself
+            answer = await http.get(API_PREFIX + f"/updates/{update_id}", params={"wait": 10})
             assert answer.status_code == 200 and answer.json()["result"] == 2, answer.text
     await engine.cancel("lp")
 
