@@ -153,6 +153,29 @@ async def test_a_worker_steps_record_rides_with_the_runs_next_write(
     assert len(batches) == 4  # task 1; record 1 + task 2; record 2 + task 3; record 3 + end
 
 
+async def test_a_worker_claims_when_rung_not_each_time_an_attempt_ends(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ending attempt frees a slot but announces no task: with the queue found short
+    by the last claim, only a ring (a task written) or a poll makes the worker look."""
+    looks: list[int] = []
+    claim = claims.claim
+
+    async def counted(*args: Any, **kw: Any) -> list[claims.Claimed]:
+        got = await claim(*args, **kw)
+        looks.append(len(got))
+        return got
+
+    monkeypatch.setattr(claims, "claim", counted)
+    async with engine(backend, serve_queues=[]) as eng, worker(backend, poll_interval=60) as w:
+        await eventually(lambda: looks == [0], what="the worker's first look")
+        assert await (await eng.start(thrice, 1, id="t1")).result(timeout=10) == [2, 4, 8]
+        await asyncio.sleep(0.05)  # time for any claim an ending attempt would prompt
+        assert w.completed == 3
+    assert looks[0] == 0 and sum(looks) == 3
+    assert len(looks) <= 4  # the first look, then at most one per task written
+
+
 async def tasks_in(storage: Any) -> list[tr.Task]:
     return [tr.decode_task(raw) for _, raw in await storage.scan(tr.TASK_PREFIX)]
 

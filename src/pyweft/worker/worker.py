@@ -55,6 +55,11 @@ from pyweft.worker.runner import run_task
 log = logging.getLogger("pyweft.worker")
 
 _GATHER_S = 0.005  # how long a busy worker waits for more free slots before it claims
+# After a claim that found nothing, how long the next one waits. Every ring wakes every
+# worker of the queue, so a worker that came away empty was most likely beaten to the
+# tasks by another; waiting lets the next few writes gather for one claim to take
+# together, instead of each ring costing every worker a round trip that finds nothing.
+_AFTER_EMPTY_S = 0.002
 _FORGET_GONE_S = 24 * 3600.0  # a dead worker's record stays visible (status "gone") this long
 
 
@@ -276,17 +281,21 @@ class Worker:
         # ending attempt would only pay for a claim that finds nothing.
         waiting = True
         backlog = False  # the last claim filled every free slot
+        empty = False  # the last claim found nothing
         while not self._stopping:
             free = self.concurrency - self.in_flight
             if waiting and free > 0 and not self.draining:
                 if backlog:
                     await self._gather_slots()
-                    free = self.concurrency - self.in_flight
+                elif empty:
+                    await asyncio.sleep(_AFTER_EMPTY_S)
+                free = self.concurrency - self.in_flight
                 try:
                     got = await self.claim_now()
                 except Exception:
                     log.exception("worker %s: claiming failed; trying again", self.id)
                 else:
+                    empty = got == 0
                     waiting = backlog = got >= free
                     if waiting and self.in_flight < self.concurrency:
                         continue  # there may be more ready
@@ -374,8 +383,7 @@ class Worker:
             log.exception("worker %s: task %s could not be finished", self.id, task.id)
         finally:
             self._jobs.pop(task.id, None)
-            self._kick.set()  # a slot is free
-            self._freed.set()
+            self._freed.set()  # a slot is free: claimed into when tasks are waiting
 
     async def _store(self, job: _Job, result: tr.TaskResult) -> bool:
         """Store an outcome; outcomes finished meanwhile share one batch."""
@@ -416,8 +424,10 @@ class Worker:
         log.error("task %s handed back: %s", task.id, why)
         async with job.lock:
             job.done = True
-            await claims.hand_back(self.storage, job.claimed, refuse=True, error=why)
+            handed = await claims.hand_back(self.storage, job.claimed, refuse=True, error=why)
         self.refused += 1
+        if handed and self._notifier is not None:  # for a worker that has the activity
+            await self._notifier.ring(tr.TASKS_TOPIC)
         assert self._notifier is not None
         self._notifier.ring_soon(tr.TASKS_TOPIC)
 
