@@ -55,11 +55,13 @@ from pyweft.worker.runner import run_task
 log = logging.getLogger("pyweft.worker")
 
 _GATHER_S = 0.005  # how long a busy worker waits for more free slots before it claims
-# After a claim that found nothing, how long the next one waits. Every ring wakes every
-# worker of the queue, so a worker that came away empty was most likely beaten to the
-# tasks by another; waiting lets the next few writes gather for one claim to take
-# together, instead of each ring costing every worker a round trip that finds nothing.
-_AFTER_EMPTY_S = 0.002
+# After a claim that found nothing, how long the next one waits, when it comes within
+# _BUSY_S. Every ring wakes every worker of the queue, so a worker that came away empty
+# while tasks keep coming was most likely beaten to them by another; waiting lets the
+# next few writes gather for one claim to take together, instead of each ring costing
+# every worker a round trip that finds nothing. A worker idle for longer claims at once.
+_AFTER_EMPTY_S = 0.005
+_BUSY_S = 0.05
 _FORGET_GONE_S = 24 * 3600.0  # a dead worker's record stays visible (status "gone") this long
 
 
@@ -281,13 +283,15 @@ class Worker:
         # ending attempt would only pay for a claim that finds nothing.
         waiting = True
         backlog = False  # the last claim filled every free slot
-        empty = False  # the last claim found nothing
+        loop = asyncio.get_running_loop()
+        empty_at = -_BUSY_S  # when a claim prompted by a ring last found nothing (loop time)
+        rung = False  # this claim follows a ring (not the start, a poll or a freed slot)
         while not self._stopping:
             free = self.concurrency - self.in_flight
             if waiting and free > 0 and not self.draining:
                 if backlog:
                     await self._gather_slots()
-                elif empty:
+                elif loop.time() - empty_at < _BUSY_S:
                     await asyncio.sleep(_AFTER_EMPTY_S)
                 free = self.concurrency - self.in_flight
                 try:
@@ -295,7 +299,8 @@ class Worker:
                 except Exception:
                     log.exception("worker %s: claiming failed; trying again", self.id)
                 else:
-                    empty = got == 0
+                    if got == 0 and rung:
+                        empty_at = loop.time()
                     waiting = backlog = got >= free
                     if waiting and self.in_flight < self.concurrency:
                         continue  # there may be more ready
@@ -309,7 +314,8 @@ class Worker:
             finally:
                 for fut in ready:
                     fut.cancel()
-            if not done or ready[0] in done:  # a ring, a stop, a drain change, or a poll
+            rung = bool(done) and ready[0] in done
+            if not done or rung:  # a ring, a stop, a drain change, or a poll
                 self._kick.clear()
                 waiting = True
 
