@@ -86,6 +86,17 @@ async def run_task(
     )
     actx_out.append(actx)
     token = enter(actx)
+    watched = task.timeout_s is not None or task.heartbeat_timeout_s is not None
+    if act.is_async and not (watched or interceptors or task.headers):
+        try:  # nothing to time or wrap: awaited here, without a task of its own
+            value = await act.fn(*args)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return _failed(task, worker_id, now, exc)
+        finally:
+            leave(token)
+        return _outcome(task, worker_id, now, codec, value)
     try:
         if interceptors or task.headers:  # the run's headers current, interceptors around
 
@@ -144,6 +155,13 @@ async def run_task(
         raise
     except Exception as exc:
         return _failed(task, worker_id, now, exc)
+    return _outcome(task, worker_id, now, codec, value)
+
+
+def _outcome(
+    task: tr.Task, worker_id: str, now: float, codec: PayloadCodec, value: Any
+) -> tr.TaskResult:
+    """The outcome of an attempt that returned ``value``."""
     try:
         payload = codec.encode(value)
     except PayloadError as exc:
