@@ -53,6 +53,54 @@ def group_arrays(batches: Sequence[Batch]) -> tuple[Array, ...]:
     )
 
 
+def disjoint(batches: Sequence[Batch]) -> bool:
+    """Whether no key is read or written by two of ``batches``."""
+    seen: set[str] = set()
+    for batch in batches:
+        keys = batch.expected.keys() | batch.final.keys()
+        if not seen.isdisjoint(keys):
+            return False
+        seen |= keys
+    return True
+
+
+def disjoint_arrays(batches: Sequence[Batch]) -> tuple[Array, ...]:
+    """The arrays of a group of disjoint batches, each element tagged with its batch's
+    number (from 1), as the disjoint group function takes them."""
+    cb: list[bytes] = []
+    ck: list[bytes] = []
+    cv: list[bytes | None] = []
+    db: list[bytes] = []
+    dk: list[bytes] = []
+    pb: list[bytes] = []
+    pk: list[bytes] = []
+    pv: list[bytes] = []
+    for number, batch in enumerate(batches, 1):
+        tag = INT4_BYTES.pack(number)
+        for key, expected in batch.expected.items():
+            cb.append(tag)
+            ck.append(key.encode())
+            cv.append(expected)
+        for key, value in batch.final.items():
+            if value is None:
+                db.append(tag)
+                dk.append(key.encode())
+            else:
+                pb.append(tag)
+                pk.append(key.encode())
+                pv.append(value)
+    return (
+        array(INT4, cb),
+        array(TEXT, ck),
+        array(BYTEA, cv),
+        array(INT4, db),
+        array(TEXT, dk),
+        array(INT4, pb),
+        array(TEXT, pk),
+        array(BYTEA, pv),
+    )
+
+
 class Batch(NamedTuple):
     """One caller's write, validated: conditions and each key's final value (None: delete)."""
 

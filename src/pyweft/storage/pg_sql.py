@@ -21,7 +21,9 @@ SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = %(schema)s),
        EXISTS (SELECT FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
                WHERE n.nspname = %(schema)s AND p.proname = %(group_fn)s),
        EXISTS (SELECT FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-               WHERE n.nspname = %(schema)s AND p.proname = %(try_fn)s)
+               WHERE n.nspname = %(schema)s AND p.proname = %(try_fn)s),
+       EXISTS (SELECT FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+               WHERE n.nspname = %(schema)s AND p.proname = %(disjoint_fn)s)
 """
 SQL_COLUMNS = """
 SELECT a.attname, format_type(a.atttypid, a.atttypmod), co.collname
@@ -100,6 +102,41 @@ $body$
 SQL_WRITE_GROUP = (
     "SELECT {group_fn}(%s::int8[], %s::int4[], %s::text[], %s::bytea[], %s::int4[], %s::text[], "
     "%s::int4[], %s::text[], %s::bytea[])"
+)
+# A group whose batches share no key (the usual case: the batches of different runs) is
+# written set-wise: every condition checked in one statement, then one delete and one
+# insert for the batches that held. With no key in two batches, no batch can see another's
+# writes, so this is the same as checking and writing them one after another. Batch i
+# owns the elements whose batch number (cb, db, pb) is i; there are n batches.
+DISJOINT_GROUP_FUNCTION = "pyweft_write_disjoint_v1"
+SQL_CREATE_DISJOINT = """
+CREATE FUNCTION {disjoint_fn}(lock_ids int8[], n int4, cb int4[], ck text[], cv bytea[],
+                        db int4[], dk text[], pb int4[], pk text[], pv bytea[])
+RETURNS boolean[] LANGUAGE plpgsql VOLATILE AS $body$
+DECLARE
+  failed int4[];
+BEGIN
+  PERFORM pg_advisory_xact_lock(id) FROM unnest(lock_ids) AS id;
+  -- A fresh snapshot, taken now that every key is locked. NULL expected: absent.
+  failed := ARRAY(SELECT DISTINCT c.b FROM unnest(cb, ck, cv) AS c(b, key, value)
+                  LEFT JOIN {kv} AS kv USING (key) WHERE kv.value IS DISTINCT FROM c.value);
+  IF cardinality(dk) > 0 THEN
+    DELETE FROM {kv} WHERE key = ANY(ARRAY(
+      SELECT d.key FROM unnest(db, dk) AS d(b, key) WHERE d.b <> ALL(failed)));
+  END IF;
+  IF cardinality(pk) > 0 THEN
+    INSERT INTO {kv} (key, value)
+      SELECT p.key, p.value FROM unnest(pb, pk, pv) AS p(b, key, value)
+      WHERE p.b <> ALL(failed)
+      ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value;
+  END IF;
+  RETURN ARRAY(SELECT i <> ALL(failed) FROM generate_series(1, n) AS i ORDER BY i);
+END
+$body$
+"""
+SQL_WRITE_DISJOINT = (
+    "SELECT {disjoint_fn}(%s::int8[], %s::int4, %s::int4[], %s::text[], %s::bytea[], "
+    "%s::int4[], %s::text[], %s::int4[], %s::text[], %s::bytea[])"
 )
 # take(): the batches a taker planned from the rows it holds (FOR UPDATE SKIP LOCKED), in
 # the same transaction. Batch i owns lock_ids up to l_end[i] (and the other slices as in

@@ -144,6 +144,7 @@ class PostgresStorage:
             "fn": sql.Identifier(schema, q.WRITE_FUNCTION),
             "group_fn": sql.Identifier(schema, q.GROUP_FUNCTION),
             "try_fn": sql.Identifier(schema, q.TRY_GROUP_FUNCTION),
+            "disjoint_fn": sql.Identifier(schema, q.DISJOINT_GROUP_FUNCTION),
         }
         self._sql_get = _render(q.SQL_GET, names)
         self._sql_take = _render(q.SQL_TAKE, names)
@@ -154,6 +155,8 @@ class PostgresStorage:
         self._sql_write_group = _render(q.SQL_WRITE_GROUP, names)
         self._sql_write_notify = _render(q.SQL_WRITE + q.NOTIFY_TAIL, names)
         self._sql_write_group_notify = _render(q.SQL_WRITE_GROUP + q.NOTIFY_TAIL, names)
+        self._sql_write_disjoint = _render(q.SQL_WRITE_DISJOINT, names)
+        self._sql_write_disjoint_notify = _render(q.SQL_WRITE_DISJOINT + q.NOTIFY_TAIL, names)
         self._sql_scan = {
             (low, high, rev): _render(q.SQL_SCAN.format(low, high, rev), names)
             for low in (">=", ">")
@@ -360,13 +363,16 @@ class PostgresStorage:
         if len(batches) == 1:
             return [await self._send_one(batches[0], notify)]
         lock_ids = sorted({self._lock_id(k) for b in batches for k in (*b.expected, *b.final)})
-        params: tuple[a.Array, ...] = (
-            a.array(a.INT8, (a.INT8_BYTES.pack(i) for i in lock_ids)),
-            *a.group_arrays(batches),
-        )
-        query = self._sql_write_group
+        locks = a.array(a.INT8, (a.INT8_BYTES.pack(i) for i in lock_ids))
+        params: tuple[a.Array | int, ...]
+        if a.disjoint(batches):  # one statement for all, not three per batch
+            params = (locks, len(batches), *a.disjoint_arrays(batches))
+            query, with_notify = self._sql_write_disjoint, self._sql_write_disjoint_notify
+        else:
+            params = (locks, *a.group_arrays(batches))
+            query, with_notify = self._sql_write_group, self._sql_write_group_notify
         if notify is not None:
-            query, params = self._sql_write_group_notify, (*params, notify)
+            query, params = with_notify, (*params, notify)
         rows = await self._execute("commit", query, params, idempotent=False)
         held: list[bool] = rows[0][0]
         if len(held) != len(batches):
@@ -605,6 +611,7 @@ class PostgresStorage:
             "fn": sql.Identifier(self._schema, q.WRITE_FUNCTION),
             "group_fn": sql.Identifier(self._schema, q.GROUP_FUNCTION),
             "try_fn": sql.Identifier(self._schema, q.TRY_GROUP_FUNCTION),
+            "disjoint_fn": sql.Identifier(self._schema, q.DISJOINT_GROUP_FUNCTION),
         }
         async with conn.transaction():
             # Serialise concurrent first uses: CREATE ... IF NOT EXISTS can still race.
@@ -614,14 +621,10 @@ class PostgresStorage:
                 "fn": q.WRITE_FUNCTION,
                 "group_fn": q.GROUP_FUNCTION,
                 "try_fn": q.TRY_GROUP_FUNCTION,
+                "disjoint_fn": q.DISJOINT_GROUP_FUNCTION,
             }
             row = await (await conn.execute(q.SQL_EXISTING, found)).fetchone()
-            has_schema, has_function, has_group_function, has_try_function = row or (
-                False,
-                False,
-                False,
-                False,
-            )
+            has_schema, has_function, has_group, has_try, has_disjoint = row or (False,) * 5
             if not has_schema:
                 await conn.execute(sql.SQL(q.SQL_CREATE_SCHEMA).format(**names))
             columns = await (await conn.execute(q.SQL_COLUMNS, (self._schema,))).fetchall()
@@ -631,10 +634,12 @@ class PostgresStorage:
                 self._check_table({name: (kind, coll) for name, kind, coll in columns})
             if not has_function:
                 await conn.execute(sql.SQL(q.SQL_CREATE_WRITE).format(**names))
-            if not has_group_function:
+            if not has_group:
                 await conn.execute(sql.SQL(q.SQL_CREATE_GROUP).format(**names))
-            if not has_try_function:
+            if not has_try:
                 await conn.execute(sql.SQL(q.SQL_CREATE_TRY_GROUP).format(**names))
+            if not has_disjoint:
+                await conn.execute(sql.SQL(q.SQL_CREATE_DISJOINT).format(**names))
 
     def _check_table(self, columns: dict[str, tuple[str, str | None]]) -> None:
         if columns.get("key", ("", ""))[0] != "text" or columns.get("value", ("",))[0] != "bytea":
