@@ -17,7 +17,8 @@ from psycopg import sql
 from pyweft.errors import ConfigurationError, StorageClosedError, StorageError
 from pyweft.storage import Delete, Expect, PostgresStorage, Put, Storage, open_storage
 from pyweft.testing import StorageConformance
-from support.backends import drop_schema, postgres_schema, require_postgres, with_schema
+from support.backends import drop_schema, require_postgres, with_schema
+from support.pg_store import pg, storage  # noqa: F401  (fixtures these tests take)
 from support.poll import eventually
 
 pytestmark = pytest.mark.postgres
@@ -79,22 +80,6 @@ class TestPostgresConformance(StorageConformance):
 
 
 # --- PostgreSQL-specific behaviour ------------------------------------------------------
-
-
-@pytest.fixture
-def pg() -> Iterator[tuple[str, str]]:
-    with postgres_schema() as url_and_schema:
-        yield url_and_schema
-
-
-@pytest.fixture
-async def storage(pg: tuple[str, str]) -> AsyncIterator[PostgresStorage]:
-    url, schema = pg
-    store = PostgresStorage(url, schema=schema)
-    try:
-        yield store
-    finally:
-        await store.close()
 
 
 async def racing(pg: tuple[str, str]) -> list[PostgresStorage]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import psycopg
@@ -14,27 +13,11 @@ import pytest
 
 from pyweft.storage import PostgresStorage, Put
 from pyweft.storage import pg_arrays as a
-from support.backends import postgres_schema
+from support.pg_store import pg, storage  # noqa: F401  (fixtures these tests take)
 
 pytestmark = pytest.mark.postgres
 
 VALUES = [None, b"", b"a", b"b"]
-
-
-@pytest.fixture
-def pg() -> Iterator[tuple[str, str]]:
-    with postgres_schema() as url_and_schema:
-        yield url_and_schema
-
-
-@pytest.fixture
-async def storage(pg: tuple[str, str]) -> AsyncIterator[PostgresStorage]:
-    url, schema = pg
-    store = PostgresStorage(url, schema=schema)
-    try:
-        yield store
-    finally:
-        await store.close()
 
 
 def sequential(state: dict[str, bytes], batches: list[a.Batch]) -> list[bool]:

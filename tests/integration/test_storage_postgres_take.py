@@ -8,7 +8,6 @@ while the store's take runs; neither makes the take wait.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
 
 import psycopg
 import pytest
@@ -16,25 +15,9 @@ from psycopg import sql
 
 from pyweft.storage import Delete, Expect, PostgresStorage, Put
 from pyweft.storage.base import Op
-from support.backends import postgres_schema
+from support.pg_store import pg, storage  # noqa: F401  (fixtures these tests take)
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture
-def pg() -> Iterator[tuple[str, str]]:
-    with postgres_schema() as url_and_schema:
-        yield url_and_schema
-
-
-@pytest.fixture
-async def storage(pg: tuple[str, str]) -> AsyncIterator[PostgresStorage]:
-    url, schema = pg
-    store = PostgresStorage(url, schema=schema)
-    try:
-        yield store
-    finally:
-        await store.close()
 
 
 def move(
