@@ -430,10 +430,8 @@ class Worker:
         log.error("task %s handed back: %s", task.id, why)
         async with job.lock:
             job.done = True
-            handed = await claims.hand_back(self.storage, job.claimed, refuse=True, error=why)
+            await claims.hand_back(self.storage, job.claimed, refuse=True, error=why)
         self.refused += 1
-        if handed and self._notifier is not None:  # for a worker that has the activity
-            await self._notifier.ring(tr.TASKS_TOPIC)
         assert self._notifier is not None
         self._notifier.ring_soon(tr.TASKS_TOPIC)
 
