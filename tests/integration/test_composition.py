@@ -291,6 +291,8 @@ async def helper_branches(ctx: WorkflowContext, how: str) -> list[str]:
         return list(await asyncio.gather(flow("A"), flow("B")))
     if how == "wait_until":
         return [str(await ctx.race(ctx.wait_until(lambda: True), ctx.sleep(1)))]
+    if how == "list":  # as for a function taking a list: every operation closed unrun
+        return await ctx.all([ctx.run(tagged_job, "A1"), ctx.run(tagged_job, "B1")])  # type: ignore[arg-type]
     # Fan-out of single operations is fine, nested composites included.
     nested = ctx.race(ctx.run(tagged_job, "C1"), ctx.sleep(10))
     return await ctx.all(ctx.run(tagged_job, "A1"), ctx.run(tagged_job, "B1"), nested)
@@ -303,6 +305,7 @@ async def helper_branches(ctx: WorkflowContext, how: str) -> list[str]:
         ("race", "ctx.race branch 0 (helper_branches.<locals>.flow) is not a single durable"),
         ("gather", "called from task"),
         ("wait_until", "ctx.race branch 0 is ctx.wait_until"),
+        ("list", "ctx.all branch 0 is a list of 2 operations, not one; pass them unpacked"),
     ],
 )
 async def test_branches_that_would_number_steps_by_timing_are_refused(
@@ -318,7 +321,7 @@ async def test_branches_that_would_number_steps_by_timing_are_refused(
             await handle.result(timeout=5)
         assert failed.value.error_type == "WorkflowUsageError"
         assert message in failed.value.error_message
-        assert "child workflow" in failed.value.error_message or how == "wait_until"
+        assert "child workflow" in failed.value.error_message or how in ("wait_until", "list")
         if how != "gather":
             assert mixed_calls == [] and len(await handle.history()) == 0
 

@@ -68,9 +68,13 @@ class Composite:
 
 
 def discard(branch: Awaitable[Any]) -> None:
-    """Drop a branch that will never run, without a "never awaited" warning."""
+    """Drop a branch that will never run, without a "never awaited" warning (also the
+    operations in a list or tuple given as one branch)."""
     if isinstance(branch, Composite | CoroutineType):
         branch.close()
+    elif isinstance(branch, list | tuple):
+        for item in branch:
+            discard(item)
 
 
 class Guarded(Protocol):
@@ -128,6 +132,12 @@ def check_branches(what: str, branches: Sequence[Awaitable[Any]]) -> None:
             continue
         for other in branches:
             discard(other)  # never started: closed, so Python does not warn about it
+        if isinstance(branch, list | tuple):
+            kind = type(branch).__name__
+            raise WorkflowUsageError(
+                f"{what} branch {index} is a {kind} of {len(branch)} operations, not one; "
+                f"pass them unpacked: {what}(*operations)"
+            )
         name = getattr(branch, "__qualname__", type(branch).__name__)
         if name.endswith("wait_until"):
             raise WorkflowUsageError(
