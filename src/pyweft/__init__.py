@@ -32,6 +32,7 @@ from pyweft.engine.schedules.records import MissedWindow, ScheduleInfo
 from pyweft.engine.steps.activity_context import ActivityContext, activity_context
 from pyweft.engine.steps.async_completion import PendingActivity
 from pyweft.engine.steps.reconcile import VerifyResult
+from pyweft.engine.tasks.queue_stats import ActivityQueueInfo
 from pyweft.engine.tasks.workers import WorkerInfo
 from pyweft.engine.visibility.reader import Group, History, HistoryEvent
 from pyweft.errors import (
@@ -131,6 +132,7 @@ __all__ = [
     "Worker",
     # what you get back
     "WorkerInfo",
+    "ActivityQueueInfo",
     "Group",
     "ErrorInfo",
     "History",

@@ -1,4 +1,4 @@
-"""``pyweft workers list|drain|resume`` from another process, on SQLite."""
+"""``pyweft workers list|drain|resume|queues`` from another process, on SQLite."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from pyweft import Worker, activity
+from pyweft import Engine, Worker, WorkflowContext, activity, workflow
 
 PYWEFT = [sys.executable, "-m", "pyweft.cli.main"]
 
@@ -54,3 +54,27 @@ async def test_workers_are_listed_drained_and_resumed_from_the_cli(tmp_path: Pat
 
         code, _, err = await pyweft(db, "workers", "drain", "nobody")
         assert code == 1 and "no worker 'nobody'" in err
+
+
+@workflow
+async def thumbs(ctx: WorkflowContext, n: int) -> list[int]:
+    return list(await ctx.all(*[ctx.run(thumb, i) for i in range(n)]))
+
+
+async def test_activity_queues_are_shown_from_the_cli(tmp_path: Path) -> None:
+    db = tmp_path / "app.db"
+    async with Engine(f"sqlite:///{db}", workflows=[thumbs], serve_queues=[]) as engine:
+        await engine.set_activity_queue_limits("media", concurrency=4, rate_limit=(50, "30s"))
+        handle = await engine.start(thumbs, 3)
+        code, out, _ = await pyweft(db, "workers", "queues", "--json")
+        assert code == 0
+        [media] = json.loads(out)["items"]
+        assert (media["name"], media["waiting"], media["in_flight"]) == ("media", 3, 0)
+        assert media["concurrency_limit"] == 4
+        assert media["rate_limit"] == {"count": 50, "window_s": 30.0}
+        code, out, _ = await pyweft(db, "workers", "queues", "media")
+        assert code == 0 and "waiting    3" in out and "at most 4 at once, 50 per 30s" in out
+        code, _, err = await pyweft(db, "workers", "queues", "bad name")
+        assert code == 1 and "queue" in err
+        async with Worker(f"sqlite:///{db}", activities=[thumb], queues=["media"]):
+            assert await handle.result(timeout=10) == [0, 1, 2]

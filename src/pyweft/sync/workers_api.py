@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyweft.definitions import Duration
 from pyweft.engine.tasks.limits import QueueLimits
+from pyweft.engine.tasks.queue_stats import ActivityQueueInfo
 from pyweft.engine.tasks.workers import WorkerInfo
 
 if TYPE_CHECKING:
@@ -14,7 +15,8 @@ if TYPE_CHECKING:
 
 
 class WorkersTwins:
-    """``workers``, ``drain_worker``, ``resume_worker`` and activity queue limits."""
+    """``workers``, ``drain_worker``, ``resume_worker``, ``activity_queues`` and activity
+    queue limits."""
 
     _engine: AsyncEngine
     if TYPE_CHECKING:
@@ -54,4 +56,9 @@ class WorkersTwins:
     def activity_queue_limits(self, queue: str) -> QueueLimits | None:
         """The limits set on an activity queue, or ``None``."""
         result: QueueLimits | None = self._run(self._engine.activity_queue_limits, queue)
+        return result
+
+    def activity_queues(self, queue: str | None = None) -> list[ActivityQueueInfo]:
+        """Activity task queues now (see ``Engine.activity_queues``)."""
+        result: list[ActivityQueueInfo] = self._run(self._engine.activity_queues, queue)
         return result

@@ -1,4 +1,5 @@
-"""The engine's worker surface: ``workers()``, ``drain_worker()``, ``resume_worker()``.
+"""The engine's worker surface: ``workers()``, ``drain_worker()``, ``resume_worker()``,
+``activity_queues()`` and activity queue limits.
 
 ``Engine`` inherits it; the CLI (``pyweft workers``) and, later, the server and
 dashboard use it rather than reading worker records themselves.
@@ -9,9 +10,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pyweft.definitions import Duration
-from pyweft.engine.tasks import limits, workers
+from pyweft.engine.tasks import limits, queue_stats, workers
 from pyweft.engine.tasks.broker import TaskBroker
 from pyweft.engine.tasks.limits import QueueLimits
+from pyweft.engine.tasks.queue_stats import ActivityQueueInfo
+from pyweft.engine.tasks.records import check_queue as tr_check_queue
 from pyweft.engine.tasks.workers import WorkerInfo
 
 if TYPE_CHECKING:
@@ -41,6 +44,15 @@ class WorkersAPI:
         """Let a drained worker claim tasks again."""
         services = self._core.services_or_raise()
         return await workers.set_drain(services.storage, worker_id, False)
+
+    async def activity_queues(self, queue: str | None = None) -> list[ActivityQueueInfo]:
+        """Activity task queues now: tasks waiting and in flight, how long the oldest has
+        waited, the live workers serving each, and its limits. Every queue with
+        outstanding tasks or live workers, by name; or only ``queue``. It reads every
+        outstanding task record, so it is for operators, not for a hot path."""
+        services = self._core.services_or_raise()
+        name = None if queue is None else tr_check_queue(queue)
+        return await queue_stats.activity_queues(services.storage, services.clock.now(), name)
 
     def task_broker(self) -> TaskBroker:
         """Claim task attempts on behalf of workers that do not reach the store (the
