@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
@@ -19,7 +20,9 @@ from pyweft import (
     SystemClock,
     VirtualClock,
     Worker,
+    WorkflowContext,
     activity,
+    workflow,
 )
 from pyweft.client import Client
 from pyweft.server import ServerAuth, create_app
@@ -38,12 +41,17 @@ async def shrink(x: int) -> int:
     return x // 2
 
 
+@workflow
+async def halves(ctx: WorkflowContext, x: int) -> int:
+    return await ctx.run(shrink, x)
+
+
 @pytest.fixture
 async def setup() -> AsyncIterator[tuple[Engine, MemoryStorage, httpx.AsyncClient]]:
     storage = MemoryStorage()
     async with Engine(
         storage,
-        workflows=WORKFLOWS,
+        workflows=[*WORKFLOWS, halves],
         activities=[shrink],
         queues=[IMPORTS],
         serve_queues=["default"],
@@ -145,6 +153,8 @@ async def test_drain_and_resume_a_live_worker(
         assert aq == [
             {
                 "queue": "media",
+                "waiting": 0,
+                "oldest_waiting_s": None,
                 "workers": 1,
                 "draining": 0,
                 "slots": 3,
@@ -235,3 +245,27 @@ async def test_gone_workers_are_listed_only_when_asked(
         assert (row["id"], row["status"]) == ("old", "gone")
         aq = (await client.get(f"{API_PREFIX}/activity-queues", headers=read)).json()["items"]
         assert aq == []  # a gone worker serves nothing
+
+
+async def test_an_activity_queue_nobody_serves_shows_its_waiting_tasks(
+    setup: tuple[Engine, MemoryStorage, httpx.AsyncClient],
+) -> None:
+    eng, storage, client = setup
+    read = await _key(eng, "workflows:read")
+    handle = await eng.start(halves, 8)
+
+    async def waiting() -> list[dict[str, object]]:
+        r = await client.get(f"{API_PREFIX}/activity-queues", headers=read)
+        items: list[dict[str, object]] = r.json()["items"]
+        return items
+
+    await eventually(lambda: _one_waiting(waiting), what="the task listed")
+    [row] = await waiting()
+    assert (row["queue"], row["waiting"], row["workers"], row["slots"]) == ("media", 1, 0, 0)
+    assert isinstance(row["oldest_waiting_s"], float)
+    async with Worker(storage, activities=[shrink], queues=["media"]):
+        assert await handle.result(timeout=10) == 4
+
+
+async def _one_waiting(fetch: Any) -> bool:
+    return [r["waiting"] for r in await fetch()] == [1]

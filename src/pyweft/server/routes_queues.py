@@ -7,8 +7,6 @@ resume, and activity task queues as the live workers serve them. Thin over
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.responses import Response
 
 from pyweft import InvalidArgumentError
@@ -67,30 +65,32 @@ async def resume_worker(call: Call) -> Response:
 
 
 async def activity_queues(call: Call) -> Response:
-    """Each activity queue some live worker serves: its workers, slots, attempts in
-    flight on them, and the limits set on it (``engine.activity_queue_limits``)."""
+    """Each activity queue with outstanding tasks or live workers
+    (``engine.activity_queues``): tasks waiting and in flight, the oldest wait, its live
+    workers and their slots, and its limits."""
     _refuse_params(call, ())
-    served: dict[str, dict[str, Any]] = {}
+    slots: dict[str, int] = {}
     for w in await call.engine.workers():
-        for q in w.queues:
-            row = served.setdefault(
-                q, {"queue": q, "workers": 0, "draining": 0, "slots": 0, "in_flight": 0}
-            )
-            row["workers"] += 1
-            row["draining"] += w.status != "active"
-            row["slots"] += w.concurrency
-            row["in_flight"] += w.in_flight
+        for name in w.queues:
+            slots[name] = slots.get(name, 0) + w.concurrency
     items = []
-    for name in sorted(served):
-        limits = await call.engine.activity_queue_limits(name)
-        row = served[name]
-        row["concurrency_limit"] = None if limits is None else limits.concurrency
-        row["rate_limit"] = (
-            None
-            if limits is None or limits.rate_count is None
-            else [limits.rate_count, limits.rate_window_s]
+    for q in await call.engine.activity_queues():
+        lim = q.limits
+        items.append(
+            {
+                "queue": q.name,
+                "waiting": q.waiting,
+                "oldest_waiting_s": q.oldest_waiting_s,
+                "workers": q.workers + q.draining_workers,
+                "draining": q.draining_workers,
+                "slots": slots.get(q.name, 0),
+                "in_flight": q.in_flight,
+                "concurrency_limit": None if lim is None else lim.concurrency,
+                "rate_limit": None
+                if lim is None or lim.rate_count is None
+                else [lim.rate_count, lim.rate_window_s],
+            }
         )
-        items.append(row)
     return JSON({"items": items})
 
 
@@ -144,7 +144,7 @@ ENDPOINTS = (
         path="/activity-queues",
         handler=activity_queues,
         scopes=READ_SCOPES,
-        summary="Activity queues served by live workers: workers, slots, in flight, limits",
+        summary="Activity queues with tasks or live workers: waiting, in flight, workers, limits",
         tag="queues",
     ),
 )

@@ -1,6 +1,7 @@
 // Queues and workers: workflow queues (depth, in flight, oldest waiting, recent starts,
-// limits), activity queues as live workers serve them, and the workers themselves with
-// their heartbeats, drain and resume. Refreshed every few seconds while open.
+// limits), activity queues (tasks waiting and in flight, workers, limits), and the
+// workers themselves with their heartbeats, drain and resume. Refreshed every few
+// seconds while open.
 import { enc, get, post, session } from "./api.js";
 import { action, badge, clear, fmtDuration, fmtRelative, fmtTime, h, notify, section, table } from "./dom.js";
 
@@ -42,6 +43,8 @@ function activityRows(items) {
       "tr",
       { dataset: { activityQueue: q.queue } },
       h("th", { scope: "row" }, q.queue),
+      h("td", { class: "num" }, q.waiting),
+      h("td", {}, seconds(q.oldest_waiting_s)),
       h("td", { class: "num" }, q.workers, q.draining ? h("small", { class: "muted" }, ` (${q.draining} draining)`) : null),
       h("td", { class: "num" }, `${q.in_flight} / ${q.slots}`),
       h("td", {}, q.concurrency_limit === null ? "—" : `${q.concurrency_limit} at once`),
@@ -69,8 +72,8 @@ export async function queuesPage({ main, onLeave }) {
     clear(
       acts,
       activity.items.length
-        ? table(["Queue", "Workers", "In flight / slots", "Concurrency limit", "Rate limit"], activityRows(activity.items), { caption: "Activity queues served by live workers" })
-        : h("p", { class: "muted" }, "No live worker serves an activity queue."),
+        ? table(["Queue", "Waiting", "Oldest waiting", "Workers", "In flight / slots", "Concurrency limit", "Rate limit"], activityRows(activity.items), { caption: "Activity queues with tasks or live workers" })
+        : h("p", { class: "muted" }, "No activity queue has tasks or a live worker."),
     );
     clear(stamp, "Updated " + new Date().toLocaleTimeString());
   }
