@@ -89,6 +89,21 @@ async def test_a_rate_limit_holds_in_every_window(backend: Backend) -> None:
         assert await eng.activity_queue_limits("api") is None
 
 
+async def test_a_worker_held_back_by_a_rate_limit_claims_when_its_window_frees(
+    backend: Backend,
+) -> None:
+    """Not at its next poll (here a minute away): when the oldest start of the window
+    leaves it, with no ring to say so."""
+    async with engine(backend) as eng:
+        await eng.set_activity_queue_limits("api", rate_limit=(3, "0.2s"))
+        worker = Worker(backend.storage(), activities=[call_api], queues=["api"], poll_interval=60)
+        async with worker:
+            assert await (await eng.start(fan, 9, id="w1")).result(timeout=20) == list(range(9))
+        starts.sort()
+        for i in range(len(starts) - 3):
+            assert starts[i + 3] - starts[i] >= 0.2 - 0.02
+
+
 @pytest.mark.parametrize(
     ("concurrency", "rate_limit", "message"),
     [

@@ -137,6 +137,7 @@ class Worker:
         self._notifier: Notifier | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._started_at = 0.0
+        self._wake_at: float | None = None  # claim again then: a rate limit lets one start
         self._stopping = False
         self._stopped: asyncio.Event | None = None
         self.drain_requested = False
@@ -307,10 +308,11 @@ class Worker:
             self._freed.clear()
             wake = [self._kick.wait(), self._freed.wait()] if waiting else [self._kick.wait()]
             ready = [asyncio.ensure_future(w) for w in wake]
+            timeout = self._poll_s
+            if self._wake_at is not None:  # a rate limit's window frees a start sooner
+                timeout = min(timeout, max(0.001, self._wake_at - self.clock.now()))
             try:
-                done, _ = await asyncio.wait(
-                    ready, timeout=self._poll_s, return_when="FIRST_COMPLETED"
-                )
+                done, _ = await asyncio.wait(ready, timeout=timeout, return_when="FIRST_COMPLETED")
             finally:
                 for fut in ready:
                     fut.cancel()
@@ -333,13 +335,15 @@ class Worker:
     async def claim_now(self) -> int:
         """Claim what fits in the free slots and start it. Returns how many."""
         started = 0
+        wake: list[float] = []  # when a rate limit that held tasks back lets one start
+        self._wake_at = None
         for queue in self.queues:
             free = self.concurrency - self.in_flight
             if free <= 0 or self.draining:
                 break
             now = self.clock.now()
             share = self._shares.get(queue, (0, 1))
-            got = await claims.claim(self.storage, queue, self.id, now, free, share)
+            got = await claims.claim(self.storage, queue, self.id, now, free, share, wake)
             for c in got:
                 self.dispatch_latencies.append(now - c.task.created_at)
                 if self._hooks:
@@ -348,6 +352,8 @@ class Worker:
                 self._jobs[c.task.id] = job
                 job.task = asyncio.get_running_loop().create_task(self._run(job))
                 started += 1
+        if wake:
+            self._wake_at = min(wake)
         return started
 
     async def _run(self, job: _Job) -> None:

@@ -58,6 +58,7 @@ async def claim(
     now: float,
     limit: int,
     share: tuple[int, int] = (0, 1),
+    wake: list[float] | None = None,
 ) -> list[Claimed]:
     """Claim up to ``limit`` of the oldest ready tasks of ``queue``.
 
@@ -68,12 +69,14 @@ async def claim(
     ``count``-th task from its rank, so workers racing for the same few tasks
     mostly do not collide (a collision costs a failed write, not a wrong claim).
     On a store that has ``take`` (PostgreSQL) the claim goes through it instead and
-    never collides; ``share`` is not needed there.
+    never collides; ``share`` is not needed there. When the queue's rate limit held tasks
+    back, the time its window next lets one start is appended to ``wake``.
     """
     if limit <= 0:
         return []
     if getattr(storage, "take", None) is not None:
-        return await _claim_taking(cast("TakingStorage", storage), queue, worker_id, now, limit)
+        taking = cast("TakingStorage", storage)
+        return await _claim_taking(taking, queue, worker_id, now, limit, wake)
     index = await storage.scan(tr.ready_prefix(queue), limit=limit * 2 + 9)
     queue_limits: QueueLimits | None = None
     if index and index[0][0] == limits.config_key(queue):
@@ -95,7 +98,7 @@ async def claim(
         head, rest = picks[:cut], picks[cut:]
         picks = head + random.sample(rest, limit - len(head))
     if queue_limits is not None:
-        return await _claim_limited(storage, picks[:limit], worker_id, now, queue_limits)
+        return await _claim_limited(storage, picks[:limit], worker_id, now, queue_limits, wake)
     if len(picks) > 1:  # all at once, when nobody took any of them meanwhile
         held = [_claimed(t, worker_id, now) for _, t, _ in picks]
         conds = [Expect(key=tr.task_key(t.id), value=r) for _, t, r in picks]
@@ -107,7 +110,12 @@ async def claim(
 
 
 async def _claim_taking(
-    storage: TakingStorage, queue: str, worker_id: str, now: float, limit: int
+    storage: TakingStorage,
+    queue: str,
+    worker_id: str,
+    now: float,
+    limit: int,
+    wake: list[float] | None,
 ) -> list[Claimed]:
     """Claim through the store's ``take`` (PostgreSQL: ``FOR UPDATE SKIP LOCKED``): the
     oldest ready entries no other worker is claiming at this moment, claimed in the same
@@ -141,7 +149,8 @@ async def _claim_taking(
         raw_limits = await storage.get(config)
         if raw_limits is None:  # removed meanwhile: claim them the plain way next look
             return []
-        return await _claim_limited(storage, limited, worker_id, now, limits.decode(raw_limits))
+        queue_limits = limits.decode(raw_limits)
+        return await _claim_limited(storage, limited, worker_id, now, queue_limits, wake)
     got = [c for c, ok in zip(held, oks, strict=True) if ok]
     if len(got) < len(held):
         lost = [c for c, ok in zip(held, oks, strict=True) if not ok]
@@ -163,13 +172,15 @@ async def _claim_limited(
     worker_id: str,
     now: float,
     queue_limits: QueueLimits,
+    wake: list[float] | None = None,
 ) -> list[Claimed]:
     """Claim with the queue's slots taken in the same batch: all of them, or (when another
     worker took a slot or a task meanwhile) one, or none until the next look."""
     for size in (len(picks), 1):
         if not picks:
             return []
-        granted = await limits.grants(storage, queue_limits, now, min(size, len(picks)))
+        wanted = min(size, len(picks))
+        granted = await limits.grants(storage, queue_limits, now, wanted, wake)
         if not granted:
             return []
         conds: list[Expect] = []

@@ -124,8 +124,15 @@ class Grant(msgspec.Struct, frozen=True):
     slot: str | None
 
 
-async def grants(storage: Storage, limits: QueueLimits, now: float, wanted: int) -> list[Grant]:
-    """Up to ``wanted`` grants that the limits allow right now (each one start)."""
+async def grants(
+    storage: Storage,
+    limits: QueueLimits,
+    now: float,
+    wanted: int,
+    wake: list[float] | None = None,
+) -> list[Grant]:
+    """Up to ``wanted`` grants that the limits allow right now (each one start). If the
+    rate limit allows fewer, the time its window next frees a start goes in ``wake``."""
     queue = limits.queue
     per_task: list[tuple[list[Expect], list[Op], str | None]] = [
         ([], [], None) for _ in range(wanted)
@@ -146,11 +153,16 @@ async def grants(storage: Storage, limits: QueueLimits, now: float, wanted: int)
     if limits.rate_count is not None and limits.rate_window_s is not None:
         used = dict(await storage.scan(f"{RATE_PREFIX}{queue}:"))
         usable: list[tuple[str, bytes | None]] = []
+        frees: list[float] = []  # when each start in the window leaves it
         for i in range(limits.rate_count):
             key = rate_key(queue, i)
             last = used.get(key)
             if last is None or float(last.decode()) <= now - limits.rate_window_s:
                 usable.append((key, last))
+            else:
+                frees.append(float(last.decode()) + limits.rate_window_s)
+        if len(usable) < n and wake is not None:  # held back: when the next start frees
+            wake.append(min(frees, default=now + limits.rate_window_s))
         n = min(n, len(usable))
         for i in range(n):
             key, last = usable[i]
