@@ -17,17 +17,13 @@ import hashlib
 import logging
 import random
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import msgspec
 
-from pyweft.clock import Clock
-from pyweft.codec import PayloadCodec, decode_args, payload_size_error
-from pyweft.definitions import ActivityDefinition, WorkflowDefinition
+from pyweft.codec import decode_args, payload_size_error
+from pyweft.definitions import WorkflowDefinition
 from pyweft.engine.replay import keys, operations, records
-from pyweft.engine.replay.commit import Committer
 from pyweft.engine.replay.drift import (
     CodeDrift,
     DriftCall,
@@ -36,7 +32,7 @@ from pyweft.engine.replay.drift import (
     recorded_call,
     requested_call,
 )
-from pyweft.engine.replay.events import EventBus, EventKind, WorkflowEvent
+from pyweft.engine.replay.events import EventKind, WorkflowEvent
 
 # Re-exported: the branch markers and RunEnding lived here before handler_runs shared them.
 from pyweft.engine.replay.flow import RACE_BRANCH as RACE_BRANCH
@@ -51,9 +47,9 @@ from pyweft.engine.replay.records import (
     ErrorInfo,
     PendingStep,
     StepRecord,
-    UpdateResponse,
     WorkflowState,
 )
+from pyweft.engine.replay.services import ContinueAsNew, RunServices
 from pyweft.engine.replay.step_commits import StepCommits
 from pyweft.errors import (
     EngineDeposedError,
@@ -65,7 +61,7 @@ from pyweft.errors import (
     StorageError,
 )
 from pyweft.observability import chain
-from pyweft.storage.base import Delete, Expect, Op, Put, Storage
+from pyweft.storage.base import Delete, Expect, Op, Put
 
 if TYPE_CHECKING:
     from pyweft.engine.composition.children import ClosePlan
@@ -74,79 +70,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 log = logging.getLogger("pyweft.run")
-
-
-class ChildHost(Protocol):
-    """What the engine offers runs that start child workflows."""
-
-    def child_definition(self, wf: Callable[..., Any] | str) -> WorkflowDefinition: ...
-
-    async def child_create(
-        self,
-        parent: Run,
-        definition: WorkflowDefinition,
-        args: tuple[Any, ...],
-        child_id: str,
-        policy: str,
-        deadline: float | None = None,
-    ) -> tuple[list[Op], list[Expect], Callable[[], None]]: ...
-
-    async def wait_terminal(self, workflow_id: str) -> WorkflowState: ...
-
-    async def cancel_child(self, workflow_id: str) -> None: ...
-
-    async def close_children(self, parent_id: str, asked: list[str] | None = None) -> None: ...
-
-    async def close_plan(self, parent_id: str, now: float) -> ClosePlan: ...
-
-
-class UpdateHooks(Protocol):
-    """How a run applies update requests: the message layer hands these to the run, so
-    the run does not import the update handlers."""
-
-    async def process(self, run: Run) -> None: ...
-
-    def reapply(self, run: Run, applied: AppliedUpdate) -> None: ...
-
-
-class ContinueAsNew(BaseException):
-    """Raised by ``ctx.continue_as_new``; the run restarts with these arguments."""
-
-    def __init__(self, args: tuple[Any, ...]) -> None:
-        super().__init__()
-        self.args_ = args
-
-
-@dataclass(slots=True)
-class RunServices:
-    """What a run needs from its engine (kept narrow so runs stay testable)."""
-
-    storage: Storage
-    committer: Committer
-    clock: Clock
-    codec: PayloadCodec
-    executor: Executor
-    activities: dict[str, ActivityDefinition]
-    max_payload_bytes: int
-    events: EventBus = field(default_factory=EventBus)
-    poll_interval: float = 1.0
-    on_update_response: Callable[[UpdateResponse], None] = lambda _: None
-    children: ChildHost | None = None
-    updates: UpdateHooks | None = None  # set by the engine; runs without it take no updates
-    claims: Any = None  # ClaimRegistry under ownership="workflow-lease"
-    max_history_steps: int = 100_000
-    large_payload_bytes: int = 256 * 1024  # a step result past this is worth a warning
-    on_idle: Callable[[Run], None] = lambda _: None  # every live step is a parked wait
-    # What replay drift (NonDeterminismError, a version pin the code dropped) does:
-    # "block" stores the run as blocked for fixed code; "fail_run" fails it.
-    on_nondeterminism: str = "block"
-    # Called when a step is about to run for real (past the recorded journal); the replay
-    # checker (pyweft.testing.replay) stops the run there, so no new step runs.
-    on_live: Callable[[Run], None] | None = None
-    # Hands attempts on queues this engine does not serve to workers (engine/tasks);
-    # None: every activity runs here.
-    tasks: Any = None
-    interceptors: Any = None  # pyweft.observability.chain.InterceptorChain, None if none
 
 
 # Failures of the engine itself, never outcomes the workflow may react to: a run that
