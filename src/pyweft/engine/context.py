@@ -33,7 +33,8 @@ from pyweft.engine.messages.updates import UpdateRequestHandle
 from pyweft.engine.replay import keys, operations
 from pyweft.engine.replay.handler_runs import CURRENT_HANDLER
 from pyweft.engine.replay.info import RunInfo, to_datetime
-from pyweft.engine.replay.run import ContinueAsNew, Run
+from pyweft.engine.replay.run import Run
+from pyweft.engine.replay.services import ContinueAsNew
 from pyweft.engine.steps import activities, attributes, recorded, timers
 from pyweft.engine.tasks.records import check_queue
 from pyweft.errors import (

@@ -56,7 +56,7 @@ from pyweft.engine.queues_api import QueuesAPI
 from pyweft.engine.replay import keys
 from pyweft.engine.replay.redrive import Redriver
 from pyweft.engine.replay.residency import DEFAULT_MAX_CACHED_RUNS
-from pyweft.engine.replay.run import RunServices
+from pyweft.engine.replay.services import RunServices
 from pyweft.engine.replay.stats import EngineStats
 from pyweft.engine.schedules_api import SchedulesAPI
 from pyweft.engine.state_api import StateAPI

@@ -20,9 +20,10 @@ from typing import Any, NoReturn
 import msgspec
 
 from pyweft.engine.replay import keys, records
+from pyweft.engine.replay.driving import status_change_ops
 from pyweft.engine.replay.operations import operation
 from pyweft.engine.replay.records import TERMINAL_STATUSES, ErrorInfo, PendingStep, StepRecord
-from pyweft.engine.replay.run import Run, Superseded, status_change_ops
+from pyweft.engine.replay.run import Run, Superseded
 from pyweft.errors import (
     ChildWorkflowError,
     CorruptRecordError,

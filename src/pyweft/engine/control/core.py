@@ -28,7 +28,8 @@ from pyweft.engine.replay.info import to_datetime
 from pyweft.engine.replay.records import TERMINAL_STATUSES, WorkflowState
 from pyweft.engine.replay.redrive import Redriver
 from pyweft.engine.replay.residency import Residency
-from pyweft.engine.replay.run import Run, RunServices
+from pyweft.engine.replay.run import Run
+from pyweft.engine.replay.services import RunServices
 from pyweft.engine.visibility.reader import Visibility
 from pyweft.errors import (
     EngineClosedError,

@@ -27,7 +27,7 @@ from pyweft.engine.control import creation
 from pyweft.engine.control.core import EngineCore
 from pyweft.engine.messages.signals import SignalSender
 from pyweft.engine.replay import keys, records
-from pyweft.engine.replay.run import status_change_ops
+from pyweft.engine.replay.driving import status_change_ops
 from pyweft.errors import InvalidArgumentError
 from pyweft.storage.base import Expect, Op, Put
 

@@ -13,8 +13,8 @@ import msgspec
 from pyweft.engine.composition.children import close_plan
 from pyweft.engine.replay import keys, records
 from pyweft.engine.replay.commit import Committer
+from pyweft.engine.replay.driving import status_change_ops
 from pyweft.engine.replay.records import WorkflowState
-from pyweft.engine.replay.run import status_change_ops
 from pyweft.engine.visibility.reader import not_found
 from pyweft.storage.base import Delete, Expect, Op, Put, Storage
 

@@ -26,7 +26,8 @@ from pyweft.engine.replay import keys, records
 from pyweft.engine.replay.info import to_datetime
 from pyweft.engine.replay.operations import operation
 from pyweft.engine.replay.records import ErrorInfo, PendingStep, ReviewRecord, StepRecord
-from pyweft.engine.replay.run import Run, RunServices
+from pyweft.engine.replay.run import Run
+from pyweft.engine.replay.services import RunServices
 from pyweft.errors import (
     InvalidArgumentError,
     ReviewAlreadyDecidedError,

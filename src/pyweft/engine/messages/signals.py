@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, cast
 from pyweft.engine.replay import keys, records, waits
 from pyweft.engine.replay.operations import operation
 from pyweft.engine.replay.records import PendingStep, SignalRecord, StepRecord, WorkflowState
-from pyweft.engine.replay.run import Run, RunServices
+from pyweft.engine.replay.run import Run
+from pyweft.engine.replay.services import RunServices
 from pyweft.errors import WorkflowTerminalError, WorkflowUsageError
 from pyweft.storage.base import Delete, Expect, Get, Op, Put, read_many
 

@@ -39,7 +39,8 @@ from pyweft.engine.replay.records import (
     UpdateRequest,
     UpdateResponse,
 )
-from pyweft.engine.replay.run import Run, RunServices, Superseded
+from pyweft.engine.replay.run import Run, Superseded
+from pyweft.engine.replay.services import RunServices
 from pyweft.errors import (
     DefinitionError,
     NonDeterminismError,

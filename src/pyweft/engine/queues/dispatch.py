@@ -37,8 +37,9 @@ from pyweft.engine.queues.enqueue import QUEUE_TOPIC
 from pyweft.engine.queues.queue import Queue
 from pyweft.engine.queues.tally import SlotTally
 from pyweft.engine.replay import keys, records
+from pyweft.engine.replay.driving import status_change_ops
 from pyweft.engine.replay.records import WorkflowState
-from pyweft.engine.replay.run import Run, status_change_ops
+from pyweft.engine.replay.run import Run
 from pyweft.observability import flow
 from pyweft.storage.base import (
     Delete,

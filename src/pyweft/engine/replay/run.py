@@ -7,7 +7,10 @@ runs live and its outcome is committed before the workflow sees it.
 
 The step kinds themselves live in their own modules (``activities``,
 ``timers``, ``signals``, ``updates``, ``conditions``, ``reviews``); this
-module is the machinery they share.
+module is the machinery they share. ``Run`` inherits the rest of a run from
+mixins: recording its steps (``step_commits``), driving it to its end
+(``driving``) and stopping it (``teardown``); what it needs from its engine is
+``RunServices`` (``services``).
 """
 
 from __future__ import annotations
@@ -17,17 +20,13 @@ import hashlib
 import logging
 import random
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import msgspec
 
-from pyweft.clock import Clock
-from pyweft.codec import PayloadCodec, decode_args, payload_size_error
-from pyweft.definitions import ActivityDefinition, WorkflowDefinition
+from pyweft.codec import payload_size_error
+from pyweft.definitions import WorkflowDefinition
 from pyweft.engine.replay import keys, operations, records
-from pyweft.engine.replay.commit import Committer
 from pyweft.engine.replay.drift import (
     CodeDrift,
     DriftCall,
@@ -36,7 +35,8 @@ from pyweft.engine.replay.drift import (
     recorded_call,
     requested_call,
 )
-from pyweft.engine.replay.events import EventBus, EventKind, WorkflowEvent
+from pyweft.engine.replay.driving import Driving, status_change_ops
+from pyweft.engine.replay.events import EventKind, WorkflowEvent
 
 # Re-exported: the branch markers and RunEnding lived here before handler_runs shared them.
 from pyweft.engine.replay.flow import RACE_BRANCH as RACE_BRANCH
@@ -48,27 +48,23 @@ from pyweft.engine.replay.handler_runs import CURRENT_HANDLER, Invocations
 from pyweft.engine.replay.info import to_datetime
 from pyweft.engine.replay.records import (
     AppliedUpdate,
-    ErrorInfo,
     PendingStep,
     StepRecord,
-    UpdateResponse,
     WorkflowState,
 )
+from pyweft.engine.replay.services import RunServices
 from pyweft.engine.replay.step_commits import StepCommits
+from pyweft.engine.replay.teardown import Teardown
 from pyweft.errors import (
-    EngineDeposedError,
     HistoryLimitError,
-    LeaseNotHeldError,
     NonDeterminismError,
     PyweftError,
     RunTornDown,
-    StorageError,
 )
 from pyweft.observability import chain
-from pyweft.storage.base import Delete, Expect, Op, Put, Storage
+from pyweft.storage.base import Expect, Op, Put
 
 if TYPE_CHECKING:
-    from pyweft.engine.composition.children import ClosePlan
     from pyweft.engine.composition.saga import CompensationShield
     from pyweft.engine.messages.updates import UpdateHandler
 
@@ -76,95 +72,7 @@ T = TypeVar("T")
 log = logging.getLogger("pyweft.run")
 
 
-class ChildHost(Protocol):
-    """What the engine offers runs that start child workflows."""
-
-    def child_definition(self, wf: Callable[..., Any] | str) -> WorkflowDefinition: ...
-
-    async def child_create(
-        self,
-        parent: Run,
-        definition: WorkflowDefinition,
-        args: tuple[Any, ...],
-        child_id: str,
-        policy: str,
-        deadline: float | None = None,
-    ) -> tuple[list[Op], list[Expect], Callable[[], None]]: ...
-
-    async def wait_terminal(self, workflow_id: str) -> WorkflowState: ...
-
-    async def cancel_child(self, workflow_id: str) -> None: ...
-
-    async def close_children(self, parent_id: str, asked: list[str] | None = None) -> None: ...
-
-    async def close_plan(self, parent_id: str, now: float) -> ClosePlan: ...
-
-
-class UpdateHooks(Protocol):
-    """How a run applies update requests: the message layer hands these to the run, so
-    the run does not import the update handlers."""
-
-    async def process(self, run: Run) -> None: ...
-
-    def reapply(self, run: Run, applied: AppliedUpdate) -> None: ...
-
-
-class ContinueAsNew(BaseException):
-    """Raised by ``ctx.continue_as_new``; the run restarts with these arguments."""
-
-    def __init__(self, args: tuple[Any, ...]) -> None:
-        super().__init__()
-        self.args_ = args
-
-
-@dataclass(slots=True)
-class RunServices:
-    """What a run needs from its engine (kept narrow so runs stay testable)."""
-
-    storage: Storage
-    committer: Committer
-    clock: Clock
-    codec: PayloadCodec
-    executor: Executor
-    activities: dict[str, ActivityDefinition]
-    max_payload_bytes: int
-    events: EventBus = field(default_factory=EventBus)
-    poll_interval: float = 1.0
-    on_update_response: Callable[[UpdateResponse], None] = lambda _: None
-    children: ChildHost | None = None
-    updates: UpdateHooks | None = None  # set by the engine; runs without it take no updates
-    claims: Any = None  # ClaimRegistry under ownership="workflow-lease"
-    max_history_steps: int = 100_000
-    large_payload_bytes: int = 256 * 1024  # a step result past this is worth a warning
-    on_idle: Callable[[Run], None] = lambda _: None  # every live step is a parked wait
-    # What replay drift (NonDeterminismError, a version pin the code dropped) does:
-    # "block" stores the run as blocked for fixed code; "fail_run" fails it.
-    on_nondeterminism: str = "block"
-    # Called when a step is about to run for real (past the recorded journal); the replay
-    # checker (pyweft.testing.replay) stops the run there, so no new step runs.
-    on_live: Callable[[Run], None] | None = None
-    # Hands attempts on queues this engine does not serve to workers (engine/tasks);
-    # None: every activity runs here.
-    tasks: Any = None
-    interceptors: Any = None  # pyweft.observability.chain.InterceptorChain, None if none
-
-
-# Failures of the engine itself, never outcomes the workflow may react to: a run that
-# meets one while driving is torn down (see Run.tear_down) and stays resumable.
-ENGINE_FAILURES: tuple[type[BaseException], ...] = (
-    StorageError,
-    EngineDeposedError,
-    LeaseNotHeldError,
-    Superseded,
-)
-# Of those, the ones after which this engine may drive the run again by itself: once its
-# store works again, or (superseded) after re-reading what another writer did, e.g. a
-# cancel from another process that landed just before this run's final commit. A lost
-# lease or claim means another engine drives the run now.
-TRANSIENT_FAILURES: tuple[type[BaseException], ...] = (StorageError, Superseded)
-
-
-class Run(StepCommits):
+class Run(StepCommits, Driving, Teardown):
     """The in-memory driver of one run. Created by the engine, one per live run."""
 
     # Wake-up bookkeeping for changed()/notify(); class-level defaults, set per run on use.
@@ -563,71 +471,7 @@ class Run(StepCommits):
             times.append(self.state.deadline)
         return min(times) if times else None
 
-    def stop(self, reason: str = "the engine is shutting down") -> None:
-        """Stop driving this run (shutdown): interrupt a live wait now; a run busy
-        committing a result it already has finishes that commit, then is torn down at
-        its next ctx call."""
-        self.stopping = True
-        self._stop_reason = reason
-        if self._live_ops > 0:
-            self.tear_down(reason)
-
-    # --- teardown -------------------------------------------------------------------
-
-    def tear_down(self, reason: str, cause: BaseException | None = None) -> RunTornDown:
-        """Stop driving this run here, for a reason of the engine's own.
-
-        From now on every ctx call raises :class:`RunTornDown` (which ``except
-        Exception`` cannot catch) and nothing more is recorded for the run by this
-        engine; its journal stays as it is, so the run resumes from it later. The
-        run's task is interrupted at once wherever it waits (a write it was making may
-        land or not: whoever drives the run next re-reads the journal). Idempotent: the
-        first reason wins.
-        """
-        if self.torn_down is None:
-            self.teardown_cause = cause
-            self.torn_down = self._torn_down_error(reason)
-            self.stopping = True
-            task = self.task
-            if task is not None and task is not asyncio.current_task() and not task.done():
-                task.cancel()
-            self.handlers.cancel_all(self)
-        return self._torn_down_error(self.torn_down.reason)
-
-    def _torn_down_error(self, reason: str) -> RunTornDown:
-        return RunTornDown(
-            f"workflow {self.id!r} is no longer driven by this engine ({reason}); it resumes "
-            "from its journal. Do not catch RunTornDown: re-raise it.",
-            workflow_id=self.id,
-            reason=reason,
-        )
-
-    def check_alive(self) -> None:
-        """Raise :class:`RunTornDown` if this run was torn down (or must stop now)."""
-        if self.torn_down is None and self.stopping:
-            self.tear_down(self._stop_reason)
-        if self.torn_down is not None:
-            raise self._torn_down_error(self.torn_down.reason)
-
-    def teardown_for(self, exc: BaseException) -> RunTornDown | None:
-        """The :class:`RunTornDown` that replaces ``exc`` in workflow code, if any.
-
-        Engine failures (storage errors, deposition, a write superseded by another
-        writer) tear the run down; so does the cancellation that interrupts a live
-        wait when the run is torn down. Anything else is the workflow's own business.
-        """
-        if isinstance(exc, RunTornDown):
-            return None
-        if isinstance(exc, ENGINE_FAILURES):
-            return self.tear_down(_describe(exc), exc)
-        if isinstance(exc, asyncio.CancelledError) and self.torn_down is not None:
-            return self._torn_down_error(self.torn_down.reason)
-        return None
-
-    @property
-    def transiently_stopped(self) -> bool:
-        """True when a transient failure (storage) tore the run down: worth re-driving."""
-        return self.torn_down is not None and isinstance(self.teardown_cause, TRANSIENT_FAILURES)
+    # --- the state record, payloads, events -------------------------------------------
 
     async def write_state(self, new: WorkflowState, extra: list[Op] | None = None) -> None:
         """Replace the state record, conditioned on the bytes this run last saw."""
@@ -725,280 +569,6 @@ class Run(StepCommits):
                 self.task.cancel()
 
         self._timeout_handle = self.services.clock.call_at(self.state.deadline, expire)
-
-    async def drive(self, make_context: Callable[[Run], Any]) -> None:
-        """Run the workflow function to its end and commit the terminal state."""
-        self.arm_execution_timeout()
-        try:
-            await self._drive(make_context)
-        except BaseException as exc:
-            if not isinstance(exc, RunTornDown) and self.teardown_for(exc) is None:
-                raise
-            if self.torn_down is None:  # raised by the workflow itself: honour it all the same
-                self.tear_down(exc.reason if isinstance(exc, RunTornDown) else "torn down")
-            log.info(
-                "workflow %s torn down: %s",
-                self.id,
-                self.torn_down.reason if self.torn_down else "",
-            )
-        finally:
-            if self._timeout_handle is not None:
-                self._timeout_handle.cancel()
-
-    async def _drive(self, make_context: Callable[[Run], Any]) -> None:
-        while True:
-            try:
-                await self._drive_once(make_context)
-                return
-            except ContinueAsNew as cont:
-                await self._continue_as_new(cont.args_)
-
-    async def _continue_as_new(self, args: tuple[Any, ...]) -> None:
-        """End this run's history and start it again, same id, with ``args``."""
-        from pyweft.codec import encode_args
-
-        await self.answers_written()
-        await self.handlers.abandon(self, "with continue_as_new")
-        self._refuse_if_torn_down()
-        if self.deferred:  # the generation's last steps, before its history is read
-            await self.flush_staged()
-        payload = encode_args(self.services.codec, args)
-        if len(payload) > self.services.max_payload_bytes:
-            raise payload_size_error(
-                len(payload), self.services.max_payload_bytes, what="continue_as_new arguments"
-            )
-        prefix, start, end = keys.run_range(self.id)
-        rows = await self.services.storage.scan(prefix, start=start, end=end)
-        keep = {prefix, keys.attributes(self.id)}
-        deletes: list[Op] = [
-            Delete(key=k) for k, _ in rows if keys.belongs_to_run(k, prefix) and k not in keep
-        ]
-        # The generation ends like a run does: its children's close policies are applied in
-        # the same batch (a child started by this generation must not outlive it unasked).
-        host = self.services.children
-        while True:
-            plan = None
-            if self.has_children and host is not None:
-                plan = await host.close_plan(self.id, self.services.clock.now())
-            now = self.services.clock.now()
-            if await self._commit_generation(payload, now, deletes, plan):
-                break
-        self.has_children = False
-        self.journal, self.pendings, self._open_pendings = {}, {}, set()
-        self.recorded_updates, self.update_index, self.version_pins = {}, {}, {}
-        self.handlers.reset()
-        self.query_handlers, self.update_handlers, self.signal_handlers = {}, {}, {}
-        self._next_step = 0
-        self.logical_now = now
-        self._rng = None  # the new generation's sequence, seeded on first use
-        if plan is not None and plan.asked and host is not None:
-            await host.close_children(self.id, plan.asked)
-
-    async def _commit_generation(
-        self, payload: bytes, now: float, deletes: list[Op], plan: ClosePlan | None
-    ) -> bool:
-        """Write the next generation's state. ``False`` if a child changed since ``plan``
-        was read (read the children again); ``Superseded`` if the run itself changed."""
-        async with self._lock:
-            # A cancel the old generation consumed is gone for good; one it never saw (it
-            # came after its last step) is the new generation's to take.
-            carry_cancel = self.cancel_requested and not self.cancel_delivered
-            new = msgspec.structs.replace(
-                self.state,
-                args=payload,
-                generation=self.state.generation + 1,
-                generation_started_at=now,
-                updated_at=now,
-                cancel_requested=carry_cancel,
-            )
-            raw = records.encode(new)
-            staged, self.staged = self.staged, {}
-            ops: list[Op] = [Put(key=keys.wf(self.id), value=raw), *deletes, *staged.values()]
-            ops += status_change_ops(self.state, new)
-            conditions = [Expect(key=keys.wf(self.id), value=self.state_raw)]
-            if plan is not None:
-                ops += plan.ops
-                conditions += plan.conditions
-            if not await self.services.committer.commit(ops, conditions, workflow_id=self.id):
-                self.staged = {**staged, **self.staged}
-                if plan is None or not plan.conditions:
-                    raise Superseded()
-                if await self.services.storage.get(keys.wf(self.id)) != self.state_raw:
-                    raise Superseded()
-                return False
-            self.state, self.state_raw = new, raw
-            self.cancel_requested, self.cancel_delivered = carry_cancel, False
-        return True
-
-    async def _drive_once(self, make_context: Callable[[Run], Any]) -> None:
-        try:
-            limit = self.definition.max_history_steps or self.services.max_history_steps
-            if self.journal and max(self.journal) > limit:  # a run recorded under a higher limit
-                self._next_step = max(self.journal)
-                self.alloc_step()  # raises HistoryLimitError: fails it without replaying
-            args = decode_args(self.services.codec, self.state.args, self.definition.param_types)
-            value = await chain.workflow_fn(self)(make_context(self), *args)
-            if self.torn_down is not None:
-                return  # the workflow swallowed its teardown: record nothing, resume later
-            if self.terminating is not None:
-                raise asyncio.CancelledError()
-            if self.fatal is not None:
-                raise RunEnding(self.fatal)
-            if self.journal:
-                step = min(self.journal)
-                rec = self.journal[step]
-                self.nondeterminism(
-                    step,
-                    recorded_call(rec),
-                    DriftCall(kind=None, name=None, detail="nothing (it returned)"),
-                    "returned_early",
-                )
-            payload = self.encode_result(value, f"result of workflow {self.id!r}")
-            await self.finish("completed", result=payload)
-        except RunEnding as ending:
-            if self.torn_down is not None:
-                raise
-            await self.finish("failed", error=records.error_info(ending.error))
-        except asyncio.CancelledError:
-            if self.torn_down is not None:
-                raise
-            if self.terminating == "timed_out":
-                await self.finish(
-                    "timed_out",
-                    error=ErrorInfo(
-                        type="WorkflowTimeoutError",
-                        message="the run exceeded its execution_timeout",
-                        code="WorkflowTimeoutError",
-                    ),
-                )
-            elif self.cancel_requested:
-                await self.finish("cancelled")
-            else:
-                await self.finish("failed", error=records.error_info(asyncio.CancelledError()))
-        except Exception as exc:
-            if self.torn_down is not None or isinstance(exc, ENGINE_FAILURES):
-                raise  # an engine failure, never the workflow's outcome: drive() tears down
-            await self.finish("failed", error=records.error_info(self.fatal or exc))
-
-    async def answers_written(self) -> None:
-        """Wait until every answer given with respond() is stored (the run is torn down
-        if one could not be: replay gives it again), then check the run is still ours."""
-        while self.answering:
-            writing = list(self.answering)
-            await asyncio.gather(*writing, return_exceptions=True)
-            self.answering.difference_update(writing)
-        self._refuse_if_torn_down()
-
-    async def finish(
-        self, status: str, *, result: bytes | None = None, error: ErrorInfo | None = None
-    ) -> None:
-        """Commit the run's end, with its children's close policies in the same batch."""
-        await self.answers_written()
-        await self.handlers.abandon(self, status)
-        self._refuse_if_torn_down()
-        if self.unanswered:
-            self.warn(
-                f"the run ends {status} with {len(self.unanswered)} update(s) taken by "
-                f"wait_for_update and never answered ({', '.join(sorted(self.unanswered))}): "
-                "their callers get WorkflowTerminalError. Answer each request with "
-                "respond() or fail() before returning."
-            )
-        host = self.services.children
-        while True:
-            plan = None
-            if self.has_children and host is not None:
-                plan = await host.close_plan(self.id, self.services.clock.now())
-            if await self._commit_end(status, result, error, plan):
-                break
-        self.emit(status)  # type: ignore[arg-type]
-        chain.completed(self, status)
-        if plan is not None and plan.asked and host is not None:
-            await host.close_children(self.id, plan.asked)
-
-    async def _commit_end(
-        self,
-        status: str,
-        result: bytes | None,
-        error: ErrorInfo | None,
-        plan: ClosePlan | None,
-    ) -> bool:
-        """Write the terminal state. ``False`` if a child changed since ``plan`` was read."""
-        async with self._lock:
-            old = self.state
-            now = self.services.clock.now()
-            new = msgspec.structs.replace(
-                old, status=status, result=result, error=error, updated_at=now, ended_at=now
-            )
-            raw = records.encode(new)
-            ops: list[Op] = [Put(key=keys.wf(self.id), value=raw), Delete(key=keys.wake(self.id))]
-            ops += status_change_ops(old, new)
-            claims = self.services.claims
-            if claims is not None:
-                ops += claims.release_ops(self.id)
-            for step in sorted(self._open_pendings):
-                ops.append(Delete(key=keys.pending(self.id, step)))
-            staged, self.staged = self.staged, {}
-            ops += staged.values()
-            conditions = [Expect(key=keys.wf(self.id), value=self.state_raw)]
-            # Step records still deferred go with the end (a finished run replays whole).
-            deferred, deferred_ops, deferred_conds = self.deferred_batch()
-            ops += deferred_ops
-            conditions += deferred_conds
-            if plan is not None:
-                ops += plan.ops
-                conditions += plan.conditions
-            try:
-                ended = await self.services.committer.commit(ops, conditions, workflow_id=self.id)
-            except BaseException:
-                self.restore_deferred(deferred)  # (see StepCommits._commit_entries)
-                raise
-            if not ended:
-                self.staged = {**staged, **self.staged}
-                self.restore_deferred(deferred)
-                if plan is None or not plan.conditions:
-                    raise Superseded()
-                if await self.services.storage.get(keys.wf(self.id)) != self.state_raw:
-                    raise Superseded()
-                steps = [c.key for c in deferred_conds if c.value is None]
-                if any([await self.services.storage.get(k) is not None for k in steps]):
-                    raise Superseded()  # another writer recorded a deferred step
-                return False  # a child moved on meanwhile: read the children again
-            self.deferred_written(deferred)
-            self.state, self.state_raw = new, raw
-            self._open_pendings.clear()
-            if claims is not None:
-                claims.forget(self.id)
-        return True
-
-
-def status_change_ops(old: WorkflowState, new: WorkflowState) -> list[Op]:
-    """Index maintenance when the state record changes from ``old`` to ``new``."""
-    ops: list[Op] = []
-    if old.updated_at != new.updated_at:
-        ops.append(Delete(key=keys.updated_index(old.id, old.updated_at)))
-        ops.append(Put(key=keys.updated_index(new.id, new.updated_at), value=b""))
-    if old.status == new.status:
-        return ops
-    for key in keys.status_index_keys(old.id, old.type, old.status, old.created_at):
-        ops.append(Delete(key=key))
-    for key in keys.status_index_keys(old.id, old.type, new.status, old.created_at):
-        ops.append(Put(key=key, value=b""))
-    if new.status in records.TERMINAL_STATUSES:
-        ended = new.ended_at if new.ended_at is not None else new.updated_at
-        ops.append(Put(key=keys.end_index(new.status, ended, new.id), value=b""))
-        if new.queue_slot_key is not None:  # a queued run's end frees its slot
-            ops.append(Delete(key=new.queue_slot_key))
-    if old.status == "enqueued" and old.queue_wait_key is not None:
-        ops.append(Delete(key=old.queue_wait_key))  # dispatched or cancelled: off the queue
-    return ops
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, Superseded):
-        return "another writer advanced or ended the run"
-    if isinstance(exc, EngineDeposedError):
-        return f"this engine lost ownership: {exc}"
-    return f"{type(exc).__name__}: {exc}"
 
 
 def _resolve(fut: asyncio.Future[None]) -> None:

@@ -29,7 +29,7 @@ from pyweft.errors import StorageError
 from pyweft.storage.base import Delete, Expect, Op, Put
 
 if TYPE_CHECKING:
-    from pyweft.engine.replay.run import RunServices
+    from pyweft.engine.replay.services import RunServices
     from pyweft.errors import RunTornDown
 
 

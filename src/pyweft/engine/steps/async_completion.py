@@ -33,7 +33,8 @@ from pyweft.codec import payload_size_error
 from pyweft.engine.replay import keys, records
 from pyweft.engine.replay.info import to_datetime
 from pyweft.engine.replay.records import ErrorInfo, PendingStep
-from pyweft.engine.replay.run import Run, RunServices
+from pyweft.engine.replay.run import Run
+from pyweft.engine.replay.services import RunServices
 from pyweft.errors import ActivityTimeoutError, ActivityTokenNotFoundError, ApplicationError
 from pyweft.storage.base import Delete, Expect, Op, Put
 
