@@ -23,7 +23,7 @@ EXPECTED = {
     "VerifyResult",
     "ScheduleInfo", "ScheduleOrigin",
     "MissedWindow",
-    "Worker", "WorkerInfo",
+    "Worker", "WorkerInfo", "ActivityQueueInfo",
     "Queue", "QueueInfo",
     "CodeDrift", "DriftCall", "MessageHandlers", "HandlerInfo",
 }  # fmt: skip
