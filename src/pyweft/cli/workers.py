@@ -78,6 +78,7 @@ def queue_json(q: ActivityQueueInfo) -> dict[str, Any]:
         "oldest_waiting_s": q.oldest_waiting_s,
         "workers": q.workers,
         "draining_workers": q.draining_workers,
+        "slots": q.slots,
         "concurrency_limit": None if lim is None else lim.concurrency,
         "rate_limit": None
         if lim is None or lim.rate_count is None

@@ -69,10 +69,6 @@ async def activity_queues(call: Call) -> Response:
     (``engine.activity_queues``): tasks waiting and in flight, the oldest wait, its live
     workers and their slots, and its limits."""
     _refuse_params(call, ())
-    slots: dict[str, int] = {}
-    for w in await call.engine.workers():
-        for name in w.queues:
-            slots[name] = slots.get(name, 0) + w.concurrency
     items = []
     for q in await call.engine.activity_queues():
         lim = q.limits
@@ -83,7 +79,7 @@ async def activity_queues(call: Call) -> Response:
                 "oldest_waiting_s": q.oldest_waiting_s,
                 "workers": q.workers + q.draining_workers,
                 "draining": q.draining_workers,
-                "slots": slots.get(q.name, 0),
+                "slots": q.slots,
                 "in_flight": q.in_flight,
                 "concurrency_limit": None if lim is None else lim.concurrency,
                 "rate_limit": None

@@ -27,6 +27,7 @@ class ActivityQueueInfo:
     oldest_waiting_s: float | None  # how long the oldest waiting task has waited
     workers: int  # live workers serving the queue and claiming
     draining_workers: int  # live workers serving it that were asked to drain
+    slots: int  # the live workers' concurrency, summed
     limits: QueueLimits | None
 
 
@@ -37,6 +38,7 @@ class _Tally:
     oldest: float | None = None  # created_at of the oldest waiting task
     workers: int = 0
     draining: int = 0
+    slots: int = 0
 
 
 async def activity_queues(
@@ -60,6 +62,7 @@ async def activity_queues(
             if queue is not None and name != queue:
                 continue
             tally = tallies.setdefault(name, _Tally())
+            tally.slots += worker.concurrency
             if worker.status == "active":
                 tally.workers += 1
             else:
@@ -74,6 +77,7 @@ async def activity_queues(
             oldest_waiting_s=None if (t := tallies[name].oldest) is None else max(0.0, now - t),
             workers=tallies[name].workers,
             draining_workers=tallies[name].draining,
+            slots=tallies[name].slots,
             limits=limits.decode(raw) if isinstance(raw, bytes) else None,
         )
         for name, raw in zip(names, configs, strict=True)
