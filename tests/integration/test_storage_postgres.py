@@ -556,6 +556,34 @@ async def test_a_group_whose_connection_drops_fails_every_batch_in_it_as_unknown
     await store.batch([Put(key="after", value=b"")])  # the adapter carries on
 
 
+async def test_a_set_wise_group_whose_connection_drops_fails_every_batch_as_unknown(
+    pg: tuple[str, str], one_slot: PostgresStorage
+) -> None:
+    """The same for a group of batches that share no key (pyweft_write_disjoint_v1)."""
+    url, store = pg[0], one_slot
+    with admin(url) as other:
+        stuck = await queue_behind_a_locked_write(url, store, other)
+        other.execute("SELECT pg_advisory_xact_lock(%s)", (store._lock_id("k0"),))
+        group = asyncio.gather(
+            *(store.batch([Put(key=f"k{i}", value=b"")]) for i in range(3)),
+            return_exceptions=True,
+        )
+        await asyncio.sleep(0.05)
+        sent_before = store._writes.groups_sent
+        terminate_waiting_backends(url, store.application_name)
+        with pytest.raises(StorageError, match="may or may not have been applied"):
+            await stuck
+        await eventually(lambda: waiting_on_a_lock(url, store.application_name), what="group")
+        terminate_waiting_backends(url, store.application_name)
+        outcomes = await group
+        other.execute("ROLLBACK")
+    assert store._writes.groups_sent == sent_before + 1
+    for outcome in outcomes:
+        assert isinstance(outcome, StorageError), outcome
+        assert "may or may not have been applied" in str(outcome)
+    assert await store.scan("k") == []
+
+
 async def test_a_caller_cancelled_while_its_batch_is_queued_writes_nothing(
     pg: tuple[str, str], one_slot: PostgresStorage
 ) -> None:
