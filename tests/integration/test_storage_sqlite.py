@@ -3,6 +3,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -394,6 +395,40 @@ async def test_a_store_on_a_read_only_filesystem_says_read_only(read_only_mount:
         SQLiteStorage(db)
     assert "unable to open" not in str(info.value).split("(")[0]
     reader = SQLiteStorage(db, read_only=True)  # inspection still works
+    try:
+        assert await reader.get("k") == b"v"
+    finally:
+        await reader.close()
+
+
+def crash_with_a_write(db: Path) -> None:
+    """A process writes to ``db`` and dies without closing it, leaving -wal and -shm."""
+    program = (
+        "import asyncio, os, sys\n"
+        "from pyweft.storage.base import Put\n"
+        "from pyweft.storage.sqlite import SQLiteStorage\n"
+        "async def main():\n"
+        "    storage = SQLiteStorage(sys.argv[1])\n"
+        "    await storage.batch([Put(key='k', value=b'v')])\n"
+        "    os._exit(0)\n"
+        "asyncio.run(main())\n"
+    )
+    subprocess.run([sys.executable, "-c", program, str(db)], check=True)
+
+
+async def test_a_crashed_store_on_a_read_only_filesystem_says_read_only(
+    read_only_mount: Path,
+) -> None:
+    # With the -wal and -shm files a crash leaves, SQLite opens a file on a read-only
+    # filesystem without complaint, so the open has to look at the filesystem itself.
+    db = read_only_mount / "app.db"
+    crash_with_a_write(db)
+    assert (read_only_mount / "app.db-wal").exists()
+    assert (read_only_mount / "app.db-shm").exists()
+    remount_read_only(read_only_mount)
+    with pytest.raises(StorageError, match="read-only filesystem"):
+        SQLiteStorage(db)
+    reader = SQLiteStorage(db, read_only=True)
     try:
         assert await reader.get("k") == b"v"
     finally:

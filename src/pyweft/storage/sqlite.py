@@ -381,6 +381,10 @@ class SQLiteStorage:
         return connect("mode=ro&immutable=1")
 
     def _connect_writer(self) -> sqlite3.Connection:
+        if _on_read_only_filesystem(self._path):
+            # Checked first: with -wal and -shm files left by a crash, SQLite opens such a
+            # file without complaint and the first write is the first to fail.
+            raise sqlite3.OperationalError("the filesystem is mounted read-only")
         conn = self._connect(())
         try:
             self._check_ours(conn)  # before the first byte changes, WAL switch included
