@@ -302,12 +302,17 @@ class SQLiteStorage:
         return result
 
     async def _shutdown(self) -> None:
+        # One after the other, the writer last: SQLite folds the WAL back into the file
+        # and deletes it only when the last connection closes, and two closing at once
+        # can each see the other still open and both leave it (app.db-wal then holds
+        # the newest commits, and a copy of app.db alone would miss them).
         loop = asyncio.get_running_loop()
-        workers = [w for w in (self._reader, self._writer) if w is not None]
-        stopped = [w.stop(loop) for w in workers]
-        await asyncio.gather(*(f for f in stopped if f is not None))
-        for worker in workers:
-            worker.join()
+        for worker in (self._reader, self._writer):
+            if worker is not None:
+                stopped = worker.stop(loop)
+                if stopped is not None:
+                    await stopped
+                worker.join()
 
     def _raise_if_closed(self) -> None:
         if self._closed:
