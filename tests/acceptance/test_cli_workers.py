@@ -78,3 +78,41 @@ async def test_activity_queues_are_shown_from_the_cli(tmp_path: Path) -> None:
         assert code == 1 and "queue" in err
         async with Worker(f"sqlite:///{db}", activities=[thumb], queues=["media"]):
             assert await handle.result(timeout=10) == [0, 1, 2]
+
+
+MEDIA_TASKS = """
+from pyweft import activity
+
+
+@activity(queue="media")
+async def thumb(x: int) -> int:
+    return x * 10
+"""
+
+
+async def test_a_cli_worker_started_before_any_engine_creates_the_store_and_serves_it(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "media_tasks.py").write_text(MEDIA_TASKS)
+    db = tmp_path / "app.db"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYWEFT_DATABASE_URL", "FORCE_COLOR")}
+    env.update(COLUMNS="200", NO_COLOR="1")
+    proc = await asyncio.create_subprocess_exec(
+        *PYWEFT, "worker", "media_tasks", "--db", f"sqlite:///{db}", "--queue", "media",
+        cwd=tmp_path, env=env, stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    try:
+        first = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
+        assert f"created a new, empty store at {db}" in first, first
+        second = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
+        assert "serves media" in second, second
+        async with Engine(f"sqlite:///{db}", workflows=[thumbs], serve_queues=[]) as engine:
+            handle = await engine.start(thumbs, 3)
+            assert await handle.result(timeout=30) == [0, 10, 20]
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+        rest = (await asyncio.wait_for(proc.stdout.read(), 60)).decode()
+        assert await proc.wait() == 0, rest

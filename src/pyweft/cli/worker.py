@@ -23,6 +23,7 @@ from pyweft.cli.apps import _cwd_importable
 from pyweft.cli.remote import ServerOption, TokenOption, require_server_extra
 from pyweft.definitions import ActivityDefinition
 from pyweft.storage.factory import open_storage
+from pyweft.storage.sqlite import SQLiteStorage
 from pyweft.worker import Worker
 
 ACTIVITY_MARKER = "__pyweft_activity__"
@@ -110,8 +111,16 @@ def worker(
         return
 
     async def serve() -> None:
-        storage = open_storage(db, sqlite_create=False)
+        # A worker may start before any engine, so it creates a missing SQLite store like
+        # Worker(url) does, and says so: a mistyped --db then shows at once.
+        storage = open_storage(db)
         try:
+            if isinstance(storage, SQLiteStorage) and storage.created:
+                render.console().print(
+                    f"created a new, empty store at {storage.path}: engines must open the "
+                    "same file (check --db if one should already be there)",
+                    soft_wrap=True,
+                )
             w = Worker(
                 storage,
                 activities=activities,

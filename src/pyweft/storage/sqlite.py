@@ -144,6 +144,7 @@ class SQLiteStorage:
                 f"{'read-only ' if read_only else ''}open never creates a store)"
             )
         self._read_only = read_only
+        self._created = not read_only and not os.path.exists(self._path)
         self._allow_foreign = allow_foreign_tables
         self._synchronous: str = mode
         self._busy_timeout_s = busy_timeout_s
@@ -178,6 +179,11 @@ class SQLiteStorage:
     def path(self) -> str:
         """The database file this adapter writes to."""
         return self._path
+
+    @property
+    def created(self) -> bool:
+        """True when this open created the file (there was no database at the path)."""
+        return self._created
 
     @property
     def read_only(self) -> bool:
