@@ -7,6 +7,7 @@ or PostgreSQL schema through their own connections).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -279,7 +280,10 @@ async def _no_tasks(storage: Any) -> bool:
     return not await storage.scan(tr.TASK_PREFIX)
 
 
-async def test_a_drained_worker_stops_claiming_until_resumed(backend: Backend) -> None:
+async def test_a_drained_worker_stops_claiming_until_resumed(
+    backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="pyweft.worker")
     async with engine(backend, serve_queues=[]) as eng, worker(backend, worker_id="w1") as w:
         [info] = await eng.workers()
         assert (info.id, info.status, info.queues) == ("w1", "active", ("media",))
@@ -294,6 +298,9 @@ async def test_a_drained_worker_stops_claiming_until_resumed(backend: Backend) -
         await eng.resume_worker("w1")
         await w.heartbeat()
         assert await handle.result(timeout=10) == 8
+        said = [r.getMessage() for r in caplog.records if r.name == "pyweft.worker"]
+        assert "worker w1: drain requested: no new claims, 0 in flight finish" in said
+        assert "worker w1: resumed: claiming again" in said
         with pytest.raises(InvalidArgumentError, match="no worker 'nobody'"):
             await eng.drain_worker("nobody")
 

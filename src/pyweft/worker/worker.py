@@ -482,6 +482,14 @@ class Worker:
         found = await read_many(storage, [*reads, Get(key=tr.drain_key(self.id))])
         was = self.drain_requested
         self.drain_requested = found[-1] is not None
+        if was != self.drain_requested:
+            log.info(
+                "worker %s: %s",
+                self.id,
+                f"drain requested: no new claims, {len(jobs)} in flight finish"
+                if self.drain_requested
+                else "resumed: claiming again",
+            )
         if was and not self.drain_requested:
             self._kick.set()
         for job, raw in zip(jobs, found[:-1], strict=True):
