@@ -3,16 +3,23 @@ nothing is written); a query right after ``start()`` waits for the handler."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
+
 import pytest
 
 from pyweft import (
+    Engine,
     QueryNotFoundError,
     QueryUnavailableError,
     WorkflowContext,
     activity,
     workflow,
 )
+from pyweft.engine.replay import keys
+from pyweft.storage.base import Op, Put
 from support.backends import Backend
+from support.gates import GatedStore, open_store
 from support.poll import eventually
 
 calls: list[str] = []
@@ -85,6 +92,77 @@ async def test_a_cancelled_run_is_queried_at_the_point_it_stopped(backend: Backe
             await handle.result(timeout=5)
         assert (await handle.describe()).status == "cancelled"
         assert await engine.query("s", "seen") == [1]
+
+
+def _records_a_handled_signal(ops: Sequence[Op]) -> bool:
+    return any(
+        isinstance(op, Put) and op.key.startswith(keys.applied_update_prefix("h")) for op in ops
+    )
+
+
+async def test_a_cancel_while_a_handled_signal_is_being_recorded_keeps_it(
+    backend: Backend,
+) -> None:
+    # The handler has run (memory shows the signal) and its record is on its way to the
+    # store when the cancel lands: the record must still be written, so the finished run
+    # replays to what a query of the live run saw.
+    store = GatedStore(open_store(backend))
+    async with Engine(
+        store,  # type: ignore[arg-type]
+        workflows=[stopped],
+        clock=backend.clock,
+        ownership="none",
+    ) as engine:
+        handle = await engine.start(stopped, id="h")
+        recording = store.hold(_records_a_handled_signal, after=False)
+        await engine.signal("h", "x", 1)
+        await recording.reached.wait()
+        cancelling = asyncio.ensure_future(handle.cancel())
+        await asyncio.sleep(0.05)  # the cancel reaches the run while its record waits
+        recording.release.set()
+        await cancelling
+        with pytest.raises(Exception):  # noqa: B017 - cancelled, whatever the error type
+            await handle.result(timeout=5)
+        assert (await handle.describe()).status == "cancelled"
+        assert await engine.query("h", "seen") == [1]
+
+
+@workflow
+async def tally(ctx: WorkflowContext) -> None:
+    total: list[int] = []
+
+    def add(n: int) -> int:
+        total.append(n)
+        return sum(total)
+
+    ctx.on_update("add", add)
+    ctx.on_query("total", lambda: sum(total))
+    await ctx.wait_for_signal("never")
+
+
+async def test_a_cancel_while_an_update_is_being_recorded_still_answers_it(
+    backend: Backend,
+) -> None:
+    store = GatedStore(open_store(backend))
+    async with Engine(
+        store,  # type: ignore[arg-type]
+        workflows=[tally],
+        clock=backend.clock,
+        ownership="none",
+    ) as engine:
+        handle = await engine.start(tally, id="h")
+        recording = store.hold(_records_a_handled_signal, after=False)
+        updating = asyncio.ensure_future(engine.update("h", "add", 5, timeout=10))
+        await recording.reached.wait()
+        cancelling = asyncio.ensure_future(handle.cancel())
+        await asyncio.sleep(0.05)  # the cancel reaches the run while the answer waits
+        recording.release.set()
+        await cancelling
+        assert await updating == 5  # answered, though the run was cancelled right after
+        with pytest.raises(Exception):  # noqa: B017 - cancelled, whatever the error type
+            await handle.result(timeout=5)
+        assert (await handle.describe()).status == "cancelled"
+        assert await engine.query("h", "total") == 5
 
 
 async def test_a_finished_run_whose_code_is_not_registered_is_unavailable(

@@ -28,6 +28,7 @@ from pyweft.codec import call_types
 from pyweft.engine.messages.signals import check_name, mixing_error
 from pyweft.engine.replay import keys, records
 from pyweft.engine.replay.drift import DriftCall
+from pyweft.engine.replay.memory_ahead import commit_ahead
 from pyweft.engine.replay.records import AppliedUpdate, SignalRecord
 from pyweft.engine.replay.run import Run, RunEnding, Superseded
 from pyweft.errors import ApplicationError, DefinitionError, WorkflowUsageError
@@ -178,11 +179,15 @@ async def _apply_batch(run: Run, batch: list[tuple[str, bytes, SignalRecord]]) -
             break
     if not ops:
         return
-    # Memory holds the handlers' changes already: if this commit fails (or another writer
-    # took a signal), the run is replayed from what was stored.
-    if not await run.services.committer.commit(ops, conds, workflow_id=run.id):
-        raise Superseded()
-    run.update_index[boundary] = index
-    run.notify()  # a wait_until may hold now
+
+    def recorded(stored: bool) -> None:
+        # Memory holds the handlers' changes already: if this commit failed (or another
+        # writer took a signal), the run is replayed from what was stored.
+        if not stored:
+            raise Superseded()
+        run.update_index[boundary] = index
+        run.notify()  # a wait_until may hold now
+
+    await commit_ahead(run, ops, conds, recorded)
     if failure is not None:
         raise failure

@@ -30,6 +30,7 @@ from pyweft.engine.messages import async_updates, handlers
 from pyweft.engine.messages.signals import check_name, terminal_error
 from pyweft.engine.replay import keys, records, waits
 from pyweft.engine.replay.drift import DriftCall
+from pyweft.engine.replay.memory_ahead import commit_ahead
 from pyweft.engine.replay.operations import guarded, operation
 from pyweft.engine.replay.records import (
     AppliedUpdate,
@@ -221,15 +222,19 @@ async def _apply(
         Delete(key=key),
         Put(key=keys.update_response(req.update_id), value=records.encode(response)),
     ]
-    # The handler has changed the run's memory already: if this commit fails, or another
-    # writer took the request, memory is ahead of the store and the run must be replayed.
-    if not await services.committer.commit(ops, [Expect(key=key, value=raw)], workflow_id=run.id):
-        log.warning("update %s of %s was taken by another writer", req.update_id, run.id)
-        raise Superseded()
-    run.update_index[boundary] = index + 1
-    services.on_update_response(response)
-    run.emit("update_completed", name=req.name, update_id=req.update_id, ok=response.ok)
-    run.notify()
+
+    def recorded(stored: bool) -> None:
+        # The handler has changed the run's memory already: if this commit failed, or
+        # another writer took the request, memory is ahead of the store: replay the run.
+        if not stored:
+            log.warning("update %s of %s was taken by another writer", req.update_id, run.id)
+            raise Superseded()
+        run.update_index[boundary] = index + 1
+        services.on_update_response(response)
+        run.emit("update_completed", name=req.name, update_id=req.update_id, ok=response.ok)
+        run.notify()
+
+    await commit_ahead(run, ops, [Expect(key=key, value=raw)], recorded)
 
 
 async def _respond_rejected(
