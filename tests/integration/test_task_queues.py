@@ -306,8 +306,9 @@ async def test_a_drained_worker_stops_claiming_until_resumed(
 
 
 async def test_stopping_hands_unfinished_attempts_back_for_another_worker(
-    backend: Backend,
+    backend: Backend, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="pyweft.worker")
     async with engine(backend, serve_queues=[]) as eng:
         handle = await eng.start(one, "slow", 2, id="h1")
         first = worker(backend, worker_id="first")
@@ -320,6 +321,11 @@ async def test_stopping_hands_unfinished_attempts_back_for_another_worker(
         async with worker(backend, worker_id="second"):
             assert await handle.result(timeout=10) == 2
         assert await eng.workers(include_gone=True) == []  # both unregistered
+    said = [r.getMessage() for r in caplog.records if r.name == "pyweft.worker"]
+    assert "worker first stopping: no new claims, 1 in flight get up to 0.01s to finish" in said
+    assert "worker first handed task" in " ".join(said)
+    assert "worker first stopped (0 done, 0 failed)" in said
+    assert "worker second stopped (1 done, 0 failed)" in said
 
 
 async def test_a_restarted_engine_waits_for_the_same_task(backend: Backend) -> None:

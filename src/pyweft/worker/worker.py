@@ -236,6 +236,12 @@ class Worker:
             claim_loop.cancel()
             await asyncio.gather(claim_loop, return_exceptions=True)
         running = [j.task for j in self._jobs.values() if j.task is not None]
+        log.info(
+            "worker %s stopping: no new claims, %d in flight get up to %gs to finish",
+            self.id,
+            len(running),
+            limit,
+        )
         if running:
             await self._write_record()
             _, late = await asyncio.wait(running, timeout=limit)
@@ -272,6 +278,7 @@ class Worker:
         if self._owns_storage:
             await self.storage.close()
         self._storage = None
+        log.info("worker %s stopped (%d done, %d failed)", self.id, self.completed, self.failed)
         if self._stopped is not None:
             self._stopped.set()
 
