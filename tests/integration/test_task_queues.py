@@ -32,6 +32,8 @@ from pyweft.engine.replay.commit import Committer
 from pyweft.engine.tasks import claims
 from pyweft.engine.tasks import records as tr
 from pyweft.storage.base import Delete, Op, Put
+from pyweft.storage.factory import open_storage
+from pyweft.testing.faults import FaultyStorage
 from support.backends import Backend
 from support.poll import eventually
 
@@ -108,12 +110,20 @@ async def one(ctx: WorkflowContext, name: str, x: int) -> Any:
     return await ctx.run(name, x)
 
 
+@workflow
+async def guarded(ctx: WorkflowContext, x: int) -> Any:
+    try:  # as users write it: a step's failure is caught and reported
+        return await ctx.run(slow, x)
+    except Exception as exc:
+        return f"caught {type(exc).__name__}"
+
+
 ACTS = [resize, local_step, flaky, refuses, slow]
 
 
 def engine(backend: Backend, **kw: Any) -> Any:
     return backend.engine(
-        workflows=[pipeline, routed, one, thrice],
+        workflows=[pipeline, routed, one, thrice, guarded],
         activities=ACTS,
         clock=SystemClock(),
         poll_interval=0.05,
@@ -326,6 +336,37 @@ async def test_stopping_hands_unfinished_attempts_back_for_another_worker(
     assert "worker first handed task" in " ".join(said)
     assert "worker first stopped (0 done, 0 failed)" in said
     assert "worker second stopped (1 done, 0 failed)" in said
+
+
+async def test_a_worker_whose_store_fails_while_it_stops_still_stops(
+    backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every write of the stopping worker fails (its record, the hand-back, the
+    unregistering): it still cancels what runs and stops, and the attempt it could not
+    hand back comes back when its claim expires, completed once by another worker."""
+    caplog.set_level(logging.INFO, logger="pyweft.worker")
+    async with engine(backend, serve_queues=[]) as eng:
+        handle = await eng.start(guarded, 3, id="f1")
+        inner = backend.storage()
+        faults = FaultyStorage(open_storage(inner) if isinstance(inner, str) else inner)
+        first = Worker(faults, activities=ACTS, queues=["media"], worker_id="first")
+        await first.start()
+        await eventually(lambda: ("slow-start", 3) in ran, what="the attempt started")
+        faults.configure(write_failure_rate=1.0)
+        await asyncio.wait_for(first.stop(drain_timeout=0.01), 10)
+        assert ("slow-cancelled", "the worker is shutting down") in ran
+        faults.heal()
+        [task] = await tasks_in(eng._core.storage)
+        assert task.claimed_by == "first"  # the hand-back failed: the claim stands
+        await claims.reap(eng._core.storage, SystemClock().now() + task.visibility_s + 1)
+        gates[0].set()
+        async with worker(backend, worker_id="second"):
+            assert await handle.result(timeout=10) == 3  # retried, not caught
+        assert [x for k, x in ran if k == "slow-end"] == [3]
+        if faults.inner is not backend.storage():
+            await faults.inner.close()
+    said = [r.getMessage() for r in caplog.records if r.name == "pyweft.worker"]
+    assert "worker first stopped (0 done, 0 failed)" in said
 
 
 async def test_a_restarted_engine_waits_for_the_same_task(backend: Backend) -> None:

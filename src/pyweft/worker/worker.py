@@ -26,11 +26,11 @@ import signal
 import socket
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -53,6 +53,7 @@ from pyweft.worker.config import activity_table, check_concurrency, check_queues
 from pyweft.worker.runner import run_task
 
 log = logging.getLogger("pyweft.worker")
+T = TypeVar("T")
 
 _GATHER_S = 0.005  # how long a busy worker waits for more free slots before it claims
 # After a claim that found nothing, how long the next one waits, when it comes within
@@ -243,7 +244,7 @@ class Worker:
             limit,
         )
         if running:
-            await self._write_record()
+            await self._while_stopping("update its record", self._write_record())
             _, late = await asyncio.wait(running, timeout=limit)
             leftovers = [j for j in list(self._jobs.values()) if j.task in late]
             for job in leftovers:
@@ -255,15 +256,17 @@ class Worker:
             await asyncio.gather(*(j.task for j in leftovers if j.task), return_exceptions=True)
             for job in leftovers:
                 async with job.lock:
-                    with contextlib.suppress(Exception):
-                        if await claims.hand_back(self.storage, job.claimed):
-                            log.info(
-                                "worker %s handed task %s back (drain timeout)",
-                                self.id,
-                                job.claimed.task.id,
-                            )
+                    what = f"hand task {job.claimed.task.id} back (its claim expires instead)"
+                    if await self._while_stopping(
+                        what, claims.hand_back(self.storage, job.claimed)
+                    ):
+                        log.info(
+                            "worker %s handed task %s back (drain timeout)",
+                            self.id,
+                            job.claimed.task.id,
+                        )
             if leftovers and self._notifier is not None:
-                await self._notifier.ring(tr.TASKS_TOPIC)
+                await self._while_stopping("ring", self._notifier.ring(tr.TASKS_TOPIC))
         for task in self._loops[1:]:
             task.cancel()
         await asyncio.gather(*self._loops[1:], return_exceptions=True)
@@ -271,16 +274,25 @@ class Worker:
         unlisten, self._unlisten = self._unlisten, None
         if unlisten is not None:
             await unlisten()
-        with contextlib.suppress(Exception):
-            await self.storage.batch([Delete(key=tr.worker_key(self.id))])
+        unregister = self.storage.batch([Delete(key=tr.worker_key(self.id))])
+        await self._while_stopping("unregister (its record expires instead)", unregister)
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
         if self._owns_storage:
-            await self.storage.close()
+            await self._while_stopping("close its store", self.storage.close())
         self._storage = None
         log.info("worker %s stopped (%d done, %d failed)", self.id, self.completed, self.failed)
         if self._stopped is not None:
             self._stopped.set()
+
+    async def _while_stopping(self, what: str, step: Awaitable[T]) -> T | None:
+        """Await one of ``stop``'s writes; a failure is logged, not raised, so the worker
+        still cancels what runs and stops (what the write would have said, an expiry says)."""
+        try:
+            return await step
+        except Exception as exc:
+            log.warning("worker %s: stopping, could not %s: %s", self.id, what, exc)
+            return None
 
     # --- claiming ---------------------------------------------------------------------
 
